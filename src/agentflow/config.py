@@ -1,0 +1,138 @@
+"""Typed configuration of a flow: engines, the role → engine table, tools and limits.
+
+Loaded from YAML (`FlowConfig.from_yaml`) or built in code. Unknown keys are errors, so no setting is
+accepted and then ignored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentflow.engines.base import SamplingParams
+from agentflow.errors import ConfigError
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LlamaCppEngineConfig(_Strict):
+    """Embedded llama.cpp (through `xllamacpp`): fast CPU inference of GGUF files, no server to start."""
+
+    kind: Literal["llamacpp"] = "llamacpp"
+    model_path: str | None = Field(None, description="GGUF file; default: the bundled SmolLM2-135M-Instruct.")
+    n_ctx: int = Field(8192, ge=256, description="Context size shared by all parallel slots.")
+    n_parallel: int = Field(4, ge=1, description="Concurrent sequences (slots) decoded together.")
+    n_threads: int | None = Field(None, ge=1, description="CPU threads; default: all cores, at most 4.")
+    n_gpu_layers: int = Field(0, ge=0, description="Layers offloaded to a GPU, when built with one.")
+
+
+class OpenAIEngineConfig(_Strict):
+    """Any OpenAI-compatible HTTP server: vLLM, SGLang, Ollama, llama.cpp server, OpenAI, gateways."""
+
+    kind: Literal["openai"] = "openai"
+    model: str = Field(..., description="Model name sent with each request (pinned; recorded in trajectories).")
+    base_url: str = Field("https://api.openai.com/v1", description="Server root, ending in /v1.")
+    api_key_env: str | None = Field("OPENAI_API_KEY", description="Environment variable holding the API key.")
+    timeout_s: float = Field(60.0, gt=0, description="Timeout of one HTTP request.")
+    max_retries: int = Field(3, ge=0, description="Retries on timeouts, 429, 5xx and malformed replies.")
+    json_schema: bool = Field(True, description="Send response_format json_schema for structured roles.")
+    logprobs: bool = Field(False, description="Ask for token log-probs (needed when this engine is the policy).")
+
+
+class TransformersEngineConfig(_Strict):
+    """Hugging Face transformers (+ optional PEFT adapter): the trainable planner's engine."""
+
+    kind: Literal["transformers"] = "transformers"
+    model: str | None = Field(None, description="HF checkpoint directory or GGUF file; default: bundled model.")
+    adapter: str | None = Field(None, description="PEFT adapter directory applied on top of `model`.")
+    device: str = Field("auto", description="'auto', 'cpu', 'cuda', 'cuda:1', ...")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="'auto' = bfloat16 on CUDA where supported, float32 on CPU.")
+    max_batch_size: int = Field(8, ge=1, description="Concurrent requests batched into one generate call.")
+
+
+EngineConfig = Annotated[
+    LlamaCppEngineConfig | OpenAIEngineConfig | TransformersEngineConfig, Field(discriminator="kind")
+]
+
+
+class RoleConfig(_Strict):
+    """Which engine a role uses, and with which sampling settings."""
+
+    engine: str = Field("default", description="Name of an entry in `engines`.")
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+
+
+def _role(max_tokens: int, temperature: float = 0.0) -> Any:
+    return Field(default_factory=lambda: RoleConfig(
+        sampling=SamplingParams(max_tokens=max_tokens, temperature=temperature)))
+
+
+class RolesConfig(_Strict):
+    """The role → engine table."""
+
+    planner: RoleConfig = _role(160)
+    executor: RoleConfig = _role(160)
+    verifier: RoleConfig = _role(48)
+    generator: RoleConfig = _role(160)
+    tools: RoleConfig = _role(256)
+    """Engine of LLM-backed tools (code writing in `python`, `base_generator`)."""
+
+
+class LimitsConfig(_Strict):
+    max_turns: int = Field(3, ge=1, description="Planner turns before the generator must answer.")
+    max_seconds: float = Field(300.0, gt=0, description="Wall-clock budget of one question, enforced.")
+    tool_timeout_s: float = Field(30.0, gt=0, description="Wall-clock budget of one tool call.")
+    memory_tokens: int = Field(768, ge=64, description="Token budget of memory rendered into a prompt.")
+    result_chars: int = Field(600, ge=50, description="Characters of a tool result kept in rendered memory.")
+
+
+def _default_engines() -> dict[str, Any]:
+    return {"default": LlamaCppEngineConfig()}
+
+
+def _default_tools() -> dict[str, dict[str, Any]]:
+    return {"python": {}, "wikipedia_search": {}, "base_generator": {}}
+
+
+class FlowConfig(_Strict):
+    """Everything a flow needs. The defaults run offline on the bundled model."""
+
+    engines: dict[str, EngineConfig] = Field(default_factory=_default_engines)
+    roles: RolesConfig = Field(default_factory=RolesConfig)
+    tools: dict[str, dict[str, Any]] = Field(
+        default_factory=_default_tools, description="Enabled tools by name, each with its settings.")
+    limits: LimitsConfig = Field(default_factory=LimitsConfig)
+    query_analysis: bool = Field(True, description="Run the planner's query analysis before the first turn.")
+
+    def model_post_init(self, __context: Any) -> None:
+        for role_name in RolesConfig.model_fields:
+            role: RoleConfig = getattr(self.roles, role_name)
+            if role.engine not in self.engines:
+                raise ConfigError(f"role {role_name!r} names engine {role.engine!r}, which is not in "
+                                  f"engines ({', '.join(self.engines) or 'none'})")
+        if not self.tools:
+            raise ConfigError("no tools enabled")
+
+    @classmethod
+    def from_yaml(cls, path: str | Path) -> FlowConfig:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        return cls.from_dict(raw, source=str(path))
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], *, source: str = "config") -> FlowConfig:
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as err:
+            raise ConfigError(f"{source}: {err}") from None

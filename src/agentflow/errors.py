@@ -1,0 +1,95 @@
+"""Typed errors. Every failure the flow can meet has a class, so callers can record it by type."""
+
+from __future__ import annotations
+
+
+class AgentFlowError(Exception):
+    """Base class for all errors raised by agentflow."""
+
+    kind = "error"
+
+
+class ConfigError(AgentFlowError):
+    """A configuration that cannot work (unknown engine, missing API key, unconfigured backend)."""
+
+    kind = "config"
+
+
+class ModelNotFoundError(ConfigError):
+    """A model file or checkpoint that is not on disk."""
+
+    kind = "model_not_found"
+
+
+class EngineError(AgentFlowError):
+    """A call to a language-model engine failed."""
+
+    kind = "engine"
+    retryable = False
+
+
+class EngineTimeoutError(EngineError):
+    kind = "engine_timeout"
+    retryable = True
+
+
+class EngineRateLimitError(EngineError):
+    kind = "engine_rate_limit"
+    retryable = True
+
+
+class EngineServerError(EngineError):
+    """The server answered 5xx."""
+
+    kind = "engine_server_error"
+    retryable = True
+
+
+class EngineUnavailableError(EngineError):
+    """The server could not be reached (connection refused, DNS, reset)."""
+
+    kind = "engine_unavailable"
+    retryable = True
+
+
+class EngineBadRequestError(EngineError):
+    """The server refused the request (4xx other than 429): retrying will not help."""
+
+    kind = "engine_bad_request"
+
+
+class EngineResponseError(EngineError):
+    """The server answered, but not with a usable completion (malformed JSON, no choices, null text)."""
+
+    kind = "engine_bad_response"
+    retryable = True
+
+
+class ToolError(AgentFlowError):
+    """A tool failed; the message is shown to the planner in memory."""
+
+    kind = "tool"
+
+
+class ToolInputError(ToolError):
+    """Arguments that do not match the tool's input schema."""
+
+    kind = "tool_input"
+
+
+class ToolTimeoutError(ToolError):
+    kind = "tool_timeout"
+
+
+class UnknownToolError(ToolError):
+    kind = "unknown_tool"
+
+
+class QuestionTimeoutError(AgentFlowError):
+    """The per-question wall-clock budget ran out."""
+
+    kind = "question_timeout"
+
+
+INFRASTRUCTURE_ERRORS: tuple[type[AgentFlowError], ...] = (EngineError, ConfigError)
+"""Failures that say nothing about the policy's answer: evaluation and training count them apart."""

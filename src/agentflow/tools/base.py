@@ -1,0 +1,128 @@
+"""The tool contract: a card the planner reads, a pydantic input schema, and an async `run`.
+
+Adding a tool is one file in `agentflow/tools/`: subclass `Tool`, decorate it with `@register_tool`.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import pkgutil
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentflow.engines.base import Completion, Message
+from agentflow.errors import ConfigError, ToolInputError, UnknownToolError
+
+LLMCall = Callable[[list[Message]], Awaitable[Completion]]
+"""How an LLM-backed tool asks its engine for text; the flow binds the engine and sampling settings."""
+
+
+class ToolContext(BaseModel):
+    """What a tool may use besides its arguments."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    llm: LLMCall | None = None
+    timeout_s: float = 30.0
+
+
+class ToolResult(BaseModel):
+    """A tool's answer. `output` is what the planner sees in memory; `data` is the structured form."""
+
+    output: str
+    data: dict[str, Any] = Field(default_factory=dict)
+    truncated: bool = False
+    llm_calls: list[dict[str, Any]] = Field(default_factory=list, description="Prompts and replies of LLM calls.")
+
+
+class ToolSettings(BaseModel):
+    """Per-tool settings from the config file; subclasses add fields."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class Tool(abc.ABC):
+    """A tool with a card. Subclasses set the class attributes and implement `run`."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    input_model: ClassVar[type[BaseModel]]
+    output_description: ClassVar[str]
+    limitations: ClassVar[str] = ""
+    best_practices: ClassVar[str] = ""
+    settings_model: ClassVar[type[ToolSettings]] = ToolSettings
+    #: True when the tool calls an LLM (it then gets `ToolContext.llm`).
+    uses_llm: ClassVar[bool] = False
+
+    def __init__(self, settings: ToolSettings | None = None) -> None:
+        self.settings = settings if settings is not None else self.settings_model()
+
+    def card(self) -> dict[str, Any]:
+        """The tool card shown to the planner and by `agentflow tool list`."""
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_model.model_json_schema(),
+            "output": self.output_description,
+            "limitations": self.limitations,
+            "best_practices": self.best_practices,
+        }
+
+    def parse_input(self, arguments: dict[str, Any]) -> BaseModel:
+        """Validate arguments against the input schema; raises ToolInputError with the reasons."""
+        try:
+            return self.input_model.model_validate(arguments)
+        except ValidationError as err:
+            reasons = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in err.errors())
+            raise ToolInputError(f"invalid input for tool {self.name!r}: {reasons}") from None
+
+    async def check(self) -> None:
+        """Fail early, with a ConfigError, when the tool cannot work as configured."""
+
+    @abc.abstractmethod
+    async def run(self, args: Any, ctx: ToolContext) -> ToolResult:
+        """Run the tool on validated arguments. Raise ToolError (or a subclass) on failure."""
+
+    async def aclose(self) -> None:
+        """Release resources."""
+
+
+_REGISTRY: dict[str, type[Tool]] = {}
+
+
+def register_tool(cls: type[Tool]) -> type[Tool]:
+    """Class decorator that makes a tool available by name."""
+    if cls.name in _REGISTRY and _REGISTRY[cls.name] is not cls:
+        raise ValueError(f"tool name {cls.name!r} registered twice")
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def _discover() -> None:
+    import agentflow.tools as package
+
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name != "base":
+            importlib.import_module(f"{package.__name__}.{info.name}")
+
+
+def tool_classes() -> dict[str, type[Tool]]:
+    """All registered tools by name (importing every module of `agentflow.tools`)."""
+    _discover()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def create_tool(name: str, settings: dict[str, Any] | None = None) -> Tool:
+    """Build one tool from its name and settings dict."""
+    classes = tool_classes()
+    if name not in classes:
+        raise UnknownToolError(f"unknown tool {name!r}; available: {', '.join(classes)}")
+    cls = classes[name]
+    try:
+        parsed = cls.settings_model.model_validate(settings or {})
+    except ValidationError as err:
+        raise ConfigError(f"bad settings for tool {name!r}: {err}") from None
+    return cls(parsed)
