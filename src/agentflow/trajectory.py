@@ -1,0 +1,118 @@
+"""The trajectory record: everything one question's run did, as a documented, versioned JSON format.
+
+Stable keys (format version 1): `question`, `answer`, `turns` (each with `tool` and `verdict`).
+`docs/trajectory.md` documents every field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from agentflow.engines.base import Completion, Message, SamplingParams
+
+TRAJECTORY_FORMAT_VERSION = 1
+
+
+class Failure(BaseModel):
+    """A recorded failure: where it happened, its type, and the message."""
+
+    stage: str = Field(..., description="'analysis', 'planner', 'executor', 'tool', 'verifier', 'generator', 'flow'.")
+    kind: str = Field(..., description="Error kind, e.g. 'engine_timeout', 'tool_input', 'parse', 'question_timeout'.")
+    message: str
+    turn: int | None = None
+    infrastructure: bool = Field(False, description="True when the failure says nothing about the policy.")
+
+
+class LLMCall(BaseModel):
+    """One engine call: the prompt as sent, the settings as sent, and the reply."""
+
+    role: str
+    engine: dict[str, Any]
+    sampling: SamplingParams
+    messages: list[Message]
+    json_schema: bool = False
+    completion: Completion | None = None
+    seconds: float = 0.0
+
+    @property
+    def text(self) -> str:
+        return self.completion.text if self.completion else ""
+
+
+class ToolCall(BaseModel):
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    output: str = ""
+    data: dict[str, Any] = Field(default_factory=dict)
+    truncated: bool = False
+    seconds: float = 0.0
+    error: Failure | None = None
+    llm_calls: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class Turn(BaseModel):
+    """One planner → executor → verifier round."""
+
+    index: int
+    context: str = ""
+    sub_goal: str = ""
+    tool: str | None = Field(None, description="Tool name as parsed from the planner (may be invalid).")
+    tool_valid: bool = False
+    planner: LLMCall | None = None
+    executor: LLMCall | None = None
+    tool_call: ToolCall | None = None
+    verifier: LLMCall | None = None
+    verdict: Literal["STOP", "CONTINUE"] | None = None
+    verdict_parsed: bool = False
+    failures: list[Failure] = Field(default_factory=list)
+    seconds: float = 0.0
+
+
+class Usage(BaseModel):
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def add(self, completion: Completion) -> None:
+        self.calls += 1
+        self.prompt_tokens += completion.prompt_tokens
+        self.completion_tokens += completion.completion_tokens
+
+
+class Trajectory(BaseModel):
+    """The complete record of one question."""
+
+    format_version: int = TRAJECTORY_FORMAT_VERSION
+    question: str
+    answer: str = ""
+    raw_answer: str = Field("", description="The generator's reply before <answer> extraction.")
+    query_analysis: str = ""
+    analysis: LLMCall | None = None
+    turns: list[Turn] = Field(default_factory=list)
+    generator: LLMCall | None = None
+    stop_reason: Literal["verifier_stop", "max_turns", "timeout", "error"] | None = None
+    failures: list[Failure] = Field(default_factory=list, description="Every failure, of every stage.")
+    roles: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Engine and sampling per role.")
+    tools: list[str] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    seconds: float = 0.0
+    started_at: str = ""
+
+    @property
+    def infrastructure_failure(self) -> Failure | None:
+        """The first failure that made the run say nothing about the policy (engine down, config), if any."""
+        return next((f for f in self.failures if f.infrastructure), None)
+
+    def planner_calls(self) -> list[LLMCall]:
+        """The planner's calls, in order: the training rows of Flow-GRPO."""
+        return [t.planner for t in self.turns if t.planner is not None and t.planner.completion is not None]
+
+    def write(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(self.model_dump_json(indent=2))
+        tmp.replace(path)
