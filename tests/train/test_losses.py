@@ -1,0 +1,98 @@
+"""The clipped surrogate and KL estimators on hand-computed numbers."""
+
+import math
+
+import pytest
+import torch
+
+from agentflow.train.losses import clipped_surrogate_loss, kl_k1, kl_k2, kl_k3
+
+# Row 0: advantage +1, token ratios 1.5 and 0.5.
+# Row 1: advantage -1, one token of ratio 1.5 (the second is padding).
+OLD = torch.log(torch.tensor([[0.4, 0.4], [0.4, 0.4]]))
+NEW = torch.log(torch.tensor([[0.6, 0.2], [0.6, 0.9]]))
+MASK = torch.tensor([[1, 1], [1, 0]])
+ADV = torch.tensor([1.0, -1.0])
+
+
+def loss(**kw):
+    args = dict(logprobs=NEW, old_logprobs=OLD, advantages=ADV, mask=MASK, clip_low=0.2, clip_high=0.28)
+    args.update(kw)
+    return clipped_surrogate_loss(**args)
+
+
+def test_token_mean_clips_high_for_positive_and_keeps_pessimistic_for_negative():
+    # row 0: -min(1.5, 1.28) = -1.28 ; -min(0.5, 0.8) = -0.5 ; row 1: -min(-1.5, -1.28) = 1.5
+    out = loss()
+    assert out.loss.item() == pytest.approx((-1.28 - 0.5 + 1.5) / 3, abs=1e-5)
+    assert out.metrics["clip_fraction"] == pytest.approx(1 / 3)
+    assert out.metrics["tokens"] == 3
+
+
+def test_seq_mean_token_mean_averages_rows_first():
+    out = loss(aggregation="seq_mean_token_mean")
+    assert out.loss.item() == pytest.approx(((-1.28 - 0.5) / 2 + 1.5) / 2, abs=1e-5)
+
+
+def test_negative_advantage_clips_low():
+    # ratio 0.5 with A = -1: -min(-0.5, -0.8) = 0.8
+    out = clipped_surrogate_loss(logprobs=NEW[:1, 1:], old_logprobs=OLD[:1, 1:],
+                                 advantages=torch.tensor([-1.0]), mask=MASK[:1, 1:], clip_low=0.2,
+                                 clip_high=0.28)
+    assert out.loss.item() == pytest.approx(0.8, abs=1e-5)
+    assert out.metrics["clip_fraction"] == 1.0
+
+
+def test_kl_estimators_on_hand_numbers():
+    p, q = torch.log(torch.tensor([0.5])), torch.log(torch.tensor([0.25]))
+    assert kl_k1(p, q).item() == pytest.approx(math.log(2), abs=1e-6)
+    assert kl_k2(p, q).item() == pytest.approx(0.5 * math.log(2) ** 2, abs=1e-6)
+    assert kl_k3(p, q).item() == pytest.approx(0.5 + math.log(2) - 1, abs=1e-6)
+    assert kl_k3(p, p).item() == 0.0
+
+
+def test_kl_penalty_is_added_per_token():
+    ref = NEW - math.log(2)  # ref = p / 2 at every token: k3 = 1/2 + log 2 - 1
+    base = loss().loss.item()
+    out = loss(ref_logprobs=ref, kl_coef=0.1, kl_estimator="k3")
+    assert out.loss.item() == pytest.approx(base + 0.1 * (math.log(2) - 0.5), abs=1e-5)
+    assert out.metrics["kl_ref"] == pytest.approx(math.log(2) - 0.5, abs=1e-5)
+
+
+def test_gradient_at_ratio_one_is_minus_advantage_over_tokens():
+    logprobs = OLD.clone().requires_grad_(True)
+    loss(logprobs=logprobs).loss.backward()
+    assert logprobs.grad.flatten().tolist() == pytest.approx([-1 / 3, -1 / 3, 1 / 3, 0.0], abs=1e-6)
+
+
+@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean"])
+def test_micro_batches_sum_to_the_full_batch(aggregation):
+    g = torch.Generator().manual_seed(0)
+    new, old = -torch.rand(6, 5, generator=g), -torch.rand(6, 5, generator=g)
+    mask = (torch.rand(6, 5, generator=g) > 0.3).int()
+    mask[:, 0] = 1
+    adv = torch.randn(6, generator=g)
+    kw = dict(clip_low=0.2, clip_high=0.3, aggregation=aggregation)
+    full = clipped_surrogate_loss(logprobs=new, old_logprobs=old, advantages=adv, mask=mask, **kw).loss
+    norm = float(mask.sum()) if aggregation == "token_mean" else 6.0
+    parts = sum(clipped_surrogate_loss(logprobs=new[i:i + 2], old_logprobs=old[i:i + 2],
+                                       advantages=adv[i:i + 2], mask=mask[i:i + 2], normalizer=norm,
+                                       **kw).loss
+                for i in (0, 2, 4))
+    assert parts.item() == pytest.approx(full.item(), abs=1e-6)
+
+
+def test_entropy_metric_is_masked_mean():
+    out = loss(entropy=torch.tensor([[1.0, 2.0], [3.0, 100.0]]))
+    assert out.metrics["entropy"] == pytest.approx(2.0)
+
+
+def test_validation():
+    with pytest.raises(ValueError, match="advantages must be"):
+        loss(advantages=torch.tensor([1.0]))
+    with pytest.raises(ValueError, match="needs ref_logprobs"):
+        loss(kl_coef=0.1)
+    with pytest.raises(ValueError, match="unknown KL estimator"):
+        loss(ref_logprobs=NEW, kl_estimator="k9")
+    with pytest.raises(ValueError, match="unknown loss aggregation"):
+        loss(aggregation="sum")
