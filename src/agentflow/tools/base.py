@@ -56,6 +56,8 @@ class Tool(abc.ABC):
     settings_model: ClassVar[type[ToolSettings]] = ToolSettings
     #: True when the tool calls an LLM (it then gets `ToolContext.llm`).
     uses_llm: ClassVar[bool] = False
+    #: Input field the planner's sub-goal fills when the executor's reply is unusable (None: infer it).
+    fallback_field: ClassVar[str | None] = None
 
     def __init__(self, settings: ToolSettings | None = None) -> None:
         self.settings = settings if settings is not None else self.settings_model()

@@ -1,0 +1,77 @@
+"""Typed, per-question memory shared by the four modules.
+
+One `FlowMemory` per question (never shared between questions). It keeps the full record of every step and
+renders a bounded view into prompts: newest steps first within a token budget, tool results truncated with a
+marker.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+def approx_tokens(text: str) -> int:
+    """Cheap token estimate (~4 characters per token for English BPE vocabularies)."""
+    return (len(text) + 3) // 4
+
+
+def truncate(text: str, limit: int) -> str:
+    """Cut `text` to `limit` characters, saying how much was dropped."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]} ... [truncated {len(text) - limit} chars]"
+
+
+class MemoryEntry(BaseModel):
+    """What one turn added to memory."""
+
+    turn: int
+    sub_goal: str
+    tool: str | None
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    result: str = ""
+    error: str | None = None
+    verdict: str | None = None
+
+    def render(self, result_chars: int) -> str:
+        lines = [f"Step {self.turn}: tool={self.tool or 'none'}; sub-goal: {self.sub_goal}"]
+        if self.arguments:
+            lines.append(f"  input: {truncate(json.dumps(self.arguments, ensure_ascii=False), result_chars // 2)}")
+        if self.error:
+            lines.append(f"  error: {truncate(self.error, result_chars)}")
+        else:
+            lines.append(f"  result: {truncate(self.result, result_chars) or '(empty)'}")
+        return "\n".join(lines)
+
+
+class FlowMemory(BaseModel):
+    """The evolving memory of one question."""
+
+    question: str
+    query_analysis: str = ""
+    entries: list[MemoryEntry] = Field(default_factory=list)
+
+    def add(self, entry: MemoryEntry) -> None:
+        self.entries.append(entry)
+
+    def render(self, *, token_budget: int, result_chars: int,
+               count_tokens: Callable[[str], int] = approx_tokens) -> str:
+        """Render the newest entries that fit in `token_budget`; older ones are summarised as omitted."""
+        if not self.entries:
+            return "(no steps yet)"
+        kept: list[str] = []
+        used = 0
+        for entry in reversed(self.entries):
+            text = entry.render(result_chars)
+            cost = count_tokens(text)
+            if kept and used + cost > token_budget:
+                break
+            kept.append(text)
+            used += cost
+        omitted = len(self.entries) - len(kept)
+        head = [f"[{omitted} earlier step(s) omitted]"] if omitted else []
+        return "\n".join(head + list(reversed(kept)))

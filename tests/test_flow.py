@@ -1,0 +1,193 @@
+"""Control flow of the four-module loop, on a scripted engine."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from agentflow.errors import ConfigError, EngineServerError, EngineUnavailableError
+from agentflow.trajectory import Trajectory
+from tests.conftest import role_engine, role_of
+
+
+def plan(tool: str, sub_goal: str = "look it up") -> str:
+    return json.dumps({"context": "c", "sub_goal": sub_goal, "tool_name": tool})
+
+
+STOP = '{"analysis": "enough", "conclusion": "STOP"}'
+CONTINUE = '{"analysis": "need more", "conclusion": "CONTINUE"}'
+
+
+async def test_one_turn_then_stop_records_everything(make_flow):
+    engine = role_engine(analysis=["needs a lookup"], planner=[plan("echo")],
+                         executor=['{"query": "Seurat"}'], verifier=[STOP],
+                         generator=["He was born in 1859. <answer>1859</answer>"])
+    events: list[tuple[str, dict]] = []
+    traj = await make_flow(engine).asolve("  When was Seurat born?  ", on_event=lambda k, p: events.append((k, p)))
+    assert traj.question == "When was Seurat born?"
+    assert traj.answer == "1859"
+    assert traj.stop_reason == "verifier_stop"
+    assert [t.tool for t in traj.turns] == ["echo"]
+    turn = traj.turns[0]
+    assert turn.verdict == "STOP" and turn.tool_valid
+    assert turn.tool_call.arguments == {"query": "Seurat"} and turn.tool_call.output == "echo: Seurat"
+    assert traj.query_analysis == "needs a lookup"
+    assert [k for k, _ in events] == ["analysis", "plan", "tool", "verdict", "answer"]
+    assert traj.failures == []
+    # the planner saw the memory of nothing yet; the generator saw the tool result
+    assert "(no steps yet)" in turn.planner.messages[1]["content"]
+    assert "echo: Seurat" in traj.generator.messages[1]["content"]
+    assert traj.usage.calls == 5
+    # constrained decoding asked for: the planner's schema restricts tool_name to enabled tools
+    planner_schema = [s for m, _, s in engine.calls if role_of(m) == "planner"][0]
+    assert planner_schema["properties"]["tool_name"]["enum"] == ["echo", "ask"]
+    data = json.loads(traj.model_dump_json())
+    assert {"question", "answer", "turns"} <= data.keys() and {"tool", "verdict"} <= data["turns"][0].keys()
+
+
+async def test_memory_carries_results_between_turns_until_max_turns(make_flow):
+    engine = role_engine(planner=[plan("echo", "first"), plan("echo", "second")],
+                         executor=['{"query": "one"}', '{"query": "two"}'], verifier=[CONTINUE],
+                         generator=["<answer>two</answer>"])
+    traj = await make_flow(engine, max_turns=2).asolve("q")
+    assert traj.stop_reason == "max_turns" and len(traj.turns) == 2
+    second_prompt = traj.turns[1].planner.messages[1]["content"]
+    assert "echo: one" in second_prompt and "Step 2 of 2" in second_prompt
+
+
+async def test_invalid_tool_is_a_recorded_turn_not_a_crash(make_flow):
+    engine = role_engine(planner=[plan("Google_Search_Tool")], verifier=[STOP], generator=["<answer>x</answer>"])
+    traj = await make_flow(engine).asolve("q")
+    turn = traj.turns[0]
+    assert turn.tool == "Google_Search_Tool" and not turn.tool_valid and turn.tool_call is None
+    assert [f.kind for f in traj.failures] == ["invalid_tool"]
+    assert "choose one of: echo, ask" in traj.generator.messages[1]["content"]
+    assert traj.answer == "x"
+
+
+@pytest.mark.parametrize("reply", ["", "I think we should search", '{"context": "c", "sub_goal": "s", "tool_na'])
+async def test_empty_free_form_or_truncated_planner_reply(make_flow, reply):
+    engine = role_engine(planner=[reply], verifier=[STOP], generator=["<answer>a</answer>"])
+    traj = await make_flow(engine).asolve("q")
+    assert traj.turns[0].tool_valid is False
+    assert traj.answer == "a"
+
+
+async def test_free_form_planner_reply_naming_one_tool_is_used(make_flow):
+    engine = role_engine(planner=["Sub-goal: find the year\nTool: echo"], executor=['{"query": "y"}'],
+                         verifier=[STOP], generator=["<answer>a</answer>"])
+    traj = await make_flow(engine).asolve("q")
+    assert traj.turns[0].tool == "echo" and traj.turns[0].sub_goal == "find the year"
+    assert traj.turns[0].tool_call.output == "echo: y"
+
+
+async def test_unusable_executor_reply_falls_back_to_the_sub_goal(make_flow):
+    engine = role_engine(planner=[plan("echo", "Seurat birth year")], executor=["no json here"],
+                         verifier=[STOP], generator=["<answer>a</answer>"])
+    traj = await make_flow(engine).asolve("q")
+    assert traj.turns[0].tool_call.arguments == {"query": "Seurat birth year"}
+    assert [f.kind for f in traj.failures] == ["executor_fallback"]
+
+
+@pytest.mark.parametrize(("query", "kind"), [("fail", "tool"), ("crash", "tool"), ("hang", "tool_timeout")])
+async def test_failing_tool_is_recorded_and_the_flow_goes_on(make_flow, query, kind):
+    engine = role_engine(planner=[plan("echo"), plan("echo")], executor=[json.dumps({"query": query}),
+                         '{"query": "ok"}'], verifier=[CONTINUE, STOP], generator=["<answer>a</answer>"])
+    traj = await make_flow(engine, tool_timeout_s=0.2).asolve("q")
+    assert traj.turns[0].tool_call.error.kind == kind
+    assert traj.turns[1].tool_call.output == "echo: ok"
+    assert traj.answer == "a" and traj.infrastructure_failure is None
+
+
+async def test_unparseable_verdict_continues_until_the_budget(make_flow):
+    engine = role_engine(planner=[plan("echo")], executor=['{"query": "x"}'], verifier=["hmm, maybe"],
+                         generator=["<answer>a</answer>"])
+    traj = await make_flow(engine, max_turns=3).asolve("q")
+    assert [t.verdict for t in traj.turns] == ["CONTINUE"] * 3
+    assert all(not t.verdict_parsed for t in traj.turns)
+    assert traj.stop_reason == "max_turns"
+
+
+async def test_engine_failure_is_an_infrastructure_failure_with_finished_work_kept(make_flow):
+    engine = role_engine(planner=[plan("echo"), EngineServerError("HTTP 500")], executor=['{"query": "x"}'],
+                         verifier=[CONTINUE])
+    traj = await make_flow(engine).asolve("q")
+    assert traj.stop_reason == "error" and traj.answer == ""
+    failure = traj.infrastructure_failure
+    assert failure is not None and failure.kind == "engine_server_error" and failure.stage == "planner"
+    assert traj.turns[0].tool_call.output == "echo: x"  # the finished turn is kept
+
+
+async def test_engine_failure_inside_a_tool_is_infrastructure(make_flow):
+    engine = role_engine(planner=[plan("ask")], executor=['{"query": "hi"}'],
+                         tools=[EngineUnavailableError("connection refused")])
+    traj = await make_flow(engine).asolve("q")
+    assert traj.infrastructure_failure.kind == "engine_unavailable"
+
+
+async def test_question_timeout_cuts_a_hung_engine_and_still_answers(make_flow):
+    async def never(messages):  # pragma: no cover - cancelled
+        await asyncio.sleep(60)
+
+    engine = role_engine(planner=[plan("echo")], executor=['{"query": "x"}'], generator=["<answer>late</answer>"])
+    flow = make_flow(engine, max_seconds=0.4)
+    engine.delay_s = 0.0
+    original = engine.generate
+
+    async def slow_verifier(messages, sampling, *, json_schema=None):
+        if role_of(messages) == "verifier":
+            await asyncio.sleep(60)
+        return await original(messages, sampling, json_schema=json_schema)
+
+    engine.generate = slow_verifier  # type: ignore[method-assign]
+    traj = await asyncio.wait_for(flow.asolve("q"), timeout=5)
+    assert traj.stop_reason == "timeout"
+    assert any(f.kind == "question_timeout" for f in traj.failures)
+    assert traj.answer == "late" and traj.seconds < 1.0
+    assert traj.turns[0].tool_call.output == "echo: x"
+
+
+async def test_empty_question_is_refused(make_flow):
+    with pytest.raises(ValueError, match="empty"):
+        await make_flow(role_engine()).asolve("   ")
+
+
+async def test_concurrent_questions_do_not_share_memory(make_flow):
+    def executor(messages):
+        question = messages[1]["content"].split("\n")[0].removeprefix("Question: ")
+        return json.dumps({"query": question})
+
+    engine = role_engine(planner=[plan("echo")], executor=[executor], verifier=[STOP],
+                         generator=[lambda m: f"<answer>{m[1]['content'].split(chr(10))[0]}</answer>"])
+    flow = make_flow(engine)
+    trajs: list[Trajectory] = await asyncio.gather(*(flow.asolve(f"question {i}") for i in range(20)))
+    for i, traj in enumerate(trajs):
+        assert traj.answer == f"Question: question {i}"
+        assert traj.turns[0].tool_call.output == f"echo: question {i}"
+
+
+async def test_role_settings_are_the_ones_sent_and_recorded(make_flow):
+    engine = role_engine(planner=[plan("echo")], executor=['{"query": "x"}'], verifier=[STOP])
+    flow = make_flow(engine)
+    flow.config.roles.planner.sampling.temperature = 0.7
+    flow.config.roles.planner.sampling.max_tokens = 77
+    traj = await flow.asolve("q")
+    sent = [s for m, s, _ in engine.calls if role_of(m) == "planner"][0]
+    assert (sent.temperature, sent.max_tokens) == (0.7, 77)
+    assert traj.turns[0].planner.sampling.temperature == 0.7
+    assert traj.roles["planner"]["sampling"]["max_tokens"] == 77
+
+
+async def test_tool_check_failure_is_a_clear_config_error(make_flow):
+    from tests.conftest import EchoTool
+
+    class Unconfigured(EchoTool):
+        name = "unconfigured"
+
+        async def check(self) -> None:
+            raise ConfigError("unconfigured: set FOO_API_KEY")
+
+    with pytest.raises(ConfigError, match="FOO_API_KEY"):
+        await make_flow(role_engine(), tools=[Unconfigured()]).asolve("q")
