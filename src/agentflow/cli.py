@@ -1,0 +1,208 @@
+"""The `agentflow` command: solve, tool, eval, train."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from agentflow.config import FlowConfig, LlamaCppEngineConfig, OpenAIEngineConfig
+from agentflow.errors import AgentFlowError, ConfigError, ToolError
+from agentflow.memory import truncate
+
+app = typer.Typer(help="AgentFlow: a planner / executor / verifier / generator flow, trainable with Flow-GRPO.",
+                  no_args_is_help=True, pretty_exceptions_enable=False)
+tool_app = typer.Typer(help="List the tools or run one directly.", no_args_is_help=True)
+app.add_typer(tool_app, name="tool")
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _setup_logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {message}")
+    return typer.Exit(code)
+
+
+def load_config(path: Path | None) -> FlowConfig:
+    """The config file's flow settings, or the offline defaults."""
+    return FlowConfig.from_yaml(path) if path else FlowConfig()
+
+
+def apply_overrides(config: FlowConfig, *, model: Path | None = None, base_url: str | None = None,
+                    model_name: str | None = None, tools: str | None = None, max_turns: int | None = None,
+                    max_seconds: float | None = None, tool_timeout: float | None = None,
+                    temperature: float | None = None) -> FlowConfig:
+    """Apply command-line flags on top of a config (flags win)."""
+    raw = config.model_dump()
+    if base_url or model_name:
+        if not (base_url and model_name):
+            raise ConfigError("--base-url and --model-name go together")
+        raw["engines"]["default"] = OpenAIEngineConfig(base_url=base_url, model=model_name).model_dump()
+    elif model:
+        raw["engines"]["default"] = LlamaCppEngineConfig(model_path=str(model)).model_dump()
+    if tools:
+        names = [t.strip() for t in tools.split(",") if t.strip()]
+        raw["tools"] = {name: raw["tools"].get(name, {}) for name in names}
+    for key, value in (("max_turns", max_turns), ("max_seconds", max_seconds), ("tool_timeout_s", tool_timeout)):
+        if value is not None:
+            raw["limits"][key] = value
+    if temperature is not None:
+        for role in raw["roles"].values():
+            role["sampling"]["temperature"] = temperature
+    return FlowConfig.from_dict(raw, source="command line")
+
+
+class StepPrinter:
+    """Prints each step of a running flow as it happens."""
+
+    def __call__(self, kind: str, payload: dict[str, Any]) -> None:
+        if kind == "analysis":
+            console.print(f"[bold]Analysis[/] {truncate(payload['text'], 300)}")
+        elif kind == "plan":
+            style = "cyan" if payload["valid"] else "red"
+            console.print(f"\n[bold]Turn {payload['turn']}[/] tool=[{style}]{payload['tool'] or '-'}[/] "
+                          f"sub-goal: {truncate(payload['sub_goal'], 200)}")
+        elif kind == "tool":
+            mark = "[red]error[/]" if payload["error"] else "result"
+            console.print(f"  input {json.dumps(payload['arguments'], ensure_ascii=False)[:200]}")
+            console.print(f"  {mark}: {payload['output']}", markup=True, highlight=False)
+        elif kind == "verdict":
+            console.print(f"  verifier: [bold]{payload['verdict']}[/]")
+        elif kind == "answer":
+            console.print(f"\n[bold green]Answer:[/] {payload['answer']}")
+
+
+@app.command()
+def solve(
+    question: Annotated[str, typer.Argument(help="The question to answer.")],
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML flow config.")] = None,
+    trajectory_out: Annotated[Path | None, typer.Option(help="Write the whole trajectory record here (JSON).")] = None,
+    model: Annotated[Path | None, typer.Option(help="GGUF file for the embedded llama.cpp engine.")] = None,
+    base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server for every role (…/v1).")] = None,
+    model_name: Annotated[str | None, typer.Option(help="Model name on that server.")] = None,
+    tools: Annotated[str | None, typer.Option(help="Comma-separated tools to enable.")] = None,
+    max_turns: Annotated[int | None, typer.Option(help="Planner turns at most.")] = None,
+    max_seconds: Annotated[float | None, typer.Option(help="Wall-clock budget of the question.")] = None,
+    tool_timeout: Annotated[float | None, typer.Option(help="Wall-clock budget of one tool call.")] = None,
+    temperature: Annotated[float | None, typer.Option(help="Sampling temperature of every role.")] = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log engine and tool details.")] = False,
+) -> None:
+    """Answer a question with the planner → executor → verifier loop and the generator."""
+    from agentflow.flow import Flow
+
+    _setup_logging(verbose)
+    if not question.strip():
+        raise _fail("the question is empty")
+    try:
+        flow_config = apply_overrides(load_config(config), model=model, base_url=base_url, model_name=model_name,
+                                      tools=tools, max_turns=max_turns, max_seconds=max_seconds,
+                                      tool_timeout=tool_timeout, temperature=temperature)
+        flow = Flow.from_config(flow_config)
+        console.print(f"[bold]Question:[/] {question.strip()}")
+        trajectory = flow.solve(question, on_event=StepPrinter())
+    except AgentFlowError as err:
+        raise _fail(str(err)) from None
+    if trajectory_out:
+        trajectory.write(trajectory_out)
+        console.print(f"trajectory written to {trajectory_out}")
+    for failure in trajectory.failures:
+        style = "red" if failure.infrastructure else "yellow"
+        console.print(f"[{style}]{failure.stage} {failure.kind}[/]: {truncate(failure.message, 300)}",
+                      highlight=False)
+    usage = trajectory.usage
+    console.print(f"[dim]{len(trajectory.turns)} turn(s), stop: {trajectory.stop_reason}, {usage.calls} model calls, "
+                  f"{usage.prompt_tokens}+{usage.completion_tokens} tokens, {trajectory.seconds:.1f}s[/]")
+    if trajectory.infrastructure_failure is not None:
+        raise typer.Exit(1)
+
+
+@tool_app.command("list")
+def tool_list(
+    as_json: Annotated[bool, typer.Option("--json", help="Print the full cards as JSON.")] = False,
+) -> None:
+    """Show the tool cards."""
+    from agentflow.tools.base import tool_classes
+
+    cards = [cls().card() for cls in tool_classes().values()]
+    if as_json:
+        console.print_json(json.dumps(cards))
+        return
+    table = Table(title="Tools", show_lines=True)
+    for column in ("name", "description", "input", "limitations"):
+        table.add_column(column)
+    for card in cards:
+        props = card["input_schema"].get("properties", {})
+        fields = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in props.items())
+        table.add_row(card["name"], card["description"], fields, card["limitations"])
+    console.print(table)
+
+
+@tool_app.command("run")
+def tool_run(
+    name: Annotated[str, typer.Argument(help="Tool name (see `agentflow tool list`).")],
+    input_json: Annotated[str, typer.Option("--input", "-i", help="Tool input as JSON.")],
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML flow config (tool settings, "
+                                                "engine of LLM-backed tools).")] = None,
+    timeout: Annotated[float | None, typer.Option(help="Seconds before the call is cut off.")] = None,
+) -> None:
+    """Run one tool directly and print its JSON result."""
+    _setup_logging(False)
+    try:
+        arguments = json.loads(input_json)
+    except json.JSONDecodeError as err:
+        raise _fail(f"--input is not valid JSON: {err}") from None
+    if not isinstance(arguments, dict):
+        raise _fail("--input must be a JSON object")
+    try:
+        flow_config = load_config(config)
+        result = asyncio.run(_run_tool(flow_config, name, arguments, timeout or flow_config.limits.tool_timeout_s))
+    except (ToolError, AgentFlowError) as err:
+        console.print_json(json.dumps({"tool": name, "error": {"kind": err.kind, "message": str(err)}}))
+        raise typer.Exit(1) from None
+    console.print_json(json.dumps({"tool": name, **result}, ensure_ascii=False))
+
+
+async def _run_tool(config: FlowConfig, name: str, arguments: dict[str, Any], timeout: float) -> dict[str, Any]:
+    from agentflow.engines import build_engine
+    from agentflow.errors import ToolTimeoutError
+    from agentflow.tools.base import ToolContext, create_tool
+
+    tool = create_tool(name, config.tools.get(name, {}))
+    engine = None
+    try:
+        await tool.check()
+        args = tool.parse_input(arguments)
+        ctx = ToolContext(timeout_s=timeout)
+        if tool.uses_llm:
+            role = config.roles.tools
+            engine = build_engine(config.engines[role.engine])
+
+            async def llm(messages: list[dict[str, str]]) -> Any:
+                return await engine.generate(messages, role.sampling)
+
+            ctx = ToolContext(llm=llm, timeout_s=timeout)
+        try:
+            result = await asyncio.wait_for(tool.run(args, ctx), timeout=timeout)
+        except asyncio.TimeoutError:
+            raise ToolTimeoutError(f"tool {name!r} exceeded {timeout:.1f}s") from None
+        return {"output": result.output, "data": result.data, "truncated": result.truncated}
+    finally:
+        await tool.aclose()
+        if engine is not None:
+            await engine.aclose()
+
+
+def main() -> None:
+    app()
