@@ -1,0 +1,44 @@
+"""Flow configuration: shipped examples load, mistakes are clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import agentflow
+from agentflow.config import FlowConfig
+from agentflow.errors import ConfigError
+
+CONFIGS = Path(agentflow.__file__).parent / "configs"
+
+
+@pytest.mark.parametrize("name", ["flow_default.yaml", "flow_openai.yaml"])
+def test_shipped_flow_configs_load(name):
+    config = FlowConfig.from_yaml(CONFIGS / name)
+    assert config.roles.planner.engine in config.engines
+
+
+def test_flow_default_yaml_equals_the_defaults():
+    assert FlowConfig.from_yaml(CONFIGS / "flow_default.yaml") == FlowConfig()
+
+
+@pytest.mark.parametrize(("raw", "message"), [
+    ({"limits": {"max_turnz": 3}}, "max_turnz"),
+    ({"roles": {"planner": {"engine": "nope"}}}, "engine 'nope'"),
+    ({"engines": {"default": {"kind": "vllm"}}}, "kind"),
+    ({"roles": {"planner": {"sampling": {"temperature": -1}}}}, "temperature"),
+    ({"tools": {}}, "no tools"),
+])
+def test_bad_config_is_a_clear_error(raw, message):
+    with pytest.raises(ConfigError, match=message):
+        FlowConfig.from_dict(raw)
+
+
+def test_missing_or_invalid_yaml(tmp_path):
+    with pytest.raises(ConfigError, match="not found"):
+        FlowConfig.from_yaml(tmp_path / "absent.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("engines: [unclosed")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        FlowConfig.from_yaml(bad)
