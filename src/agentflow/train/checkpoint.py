@@ -1,0 +1,93 @@
+"""Checkpoints that a killed run resumes from exactly.
+
+A checkpoint directory holds the trainable weights (the LoRA adapter, or the full model), the optimiser and
+scheduler states, the RNG states (python, numpy, torch, CUDA) and `state.json` (step, data position).
+It is written to `step-NNNNNN.tmp` and renamed into place, so a kill mid-write leaves the previous
+checkpoint as the latest complete one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.json"
+
+
+def rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"python": random.getstate(), "numpy": np.random.get_state(),
+                             "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The parameters that training changes (the adapter with LoRA, everything without)."""
+    return {name: p.detach().cpu().clone() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def save_checkpoint(root: Path, *, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    scheduler: Any, state: dict[str, Any], keep: int) -> Path:
+    """Write checkpoint `root/step-NNNNNN` atomically; delete all but the newest `keep`."""
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{step:06d}"
+    tmp = root / f"step-{step:06d}.tmp"
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir()
+    torch.save(trainable_state(model), tmp / "trainable.pt")
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
+    torch.save(rng_state(), tmp / "rng.pt")
+    (tmp / STATE_FILE).write_text(json.dumps({"step": step, **state}, indent=2))
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    for old in list_checkpoints(root)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    log.info("checkpoint written: %s", final)
+    return final
+
+
+def list_checkpoints(root: Path) -> list[Path]:
+    """Complete checkpoints, oldest first (unfinished `.tmp` directories are ignored)."""
+    if not root.is_dir():
+        return []
+    done = [p for p in root.glob("step-*") if p.is_dir() and not p.name.endswith(".tmp")
+            and (p / STATE_FILE).is_file()]
+    return sorted(done, key=lambda p: int(p.name.split("-")[1]))
+
+
+def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    scheduler: Any) -> dict[str, Any]:
+    """Restore weights, optimiser, scheduler and RNG from `path`; return its state.json."""
+    weights = torch.load(path / "trainable.pt", map_location="cpu", weights_only=True)
+    params = dict(model.named_parameters())
+    missing = [name for name in weights if name not in params]
+    if missing:
+        raise ValueError(f"checkpoint {path} has parameters the model lacks: {missing[:3]}")
+    with torch.no_grad():
+        for name, value in weights.items():
+            params[name].copy_(value.to(params[name].device, params[name].dtype))
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False))
+    scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=False))
+    set_rng_state(torch.load(path / "rng.pt", map_location="cpu", weights_only=False))
+    return json.loads((path / STATE_FILE).read_text())

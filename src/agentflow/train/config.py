@@ -1,0 +1,224 @@
+"""Typed configuration of `agentflow train`. Every field says what it does and where it comes from.
+
+Loaded from YAML (`TrainConfig.from_yaml`); unknown keys are errors, so no setting is accepted and then
+ignored. `src/agentflow/configs/train_*.yaml` are commented examples.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from agentflow.config import (
+    EngineConfig,
+    FlowConfig,
+    LimitsConfig,
+    LlamaCppEngineConfig,
+    RoleConfig,
+    RolesConfig,
+    TransformersEngineConfig,
+)
+from agentflow.engines.base import SamplingParams
+from agentflow.errors import ConfigError
+
+POLICY_ENGINE = "policy"
+"""Name under which the trainable planner engine enters the flow's engine table."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class LoraSettings(_Strict):
+    """Low-rank adapters (Hu et al. 2021, via `peft`): train a few million parameters instead of all.
+
+    With LoRA the frozen reference policy is the base model with the adapter disabled, so no second copy
+    of the model is held in memory.
+    """
+
+    enabled: bool = Field(True, description="Train LoRA adapters (True) or every weight (False).")
+    rank: int = Field(16, ge=1, description="Adapter rank r.")
+    alpha: int = Field(32, ge=1, description="Adapter scale numerator: updates are scaled by alpha / rank.")
+    dropout: float = Field(0.0, ge=0.0, lt=1.0, description="Dropout on the adapter input (0 keeps "
+                           "rollout and update log-probs identical).")
+    targets: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        description="Module names that get adapters (peft `target_modules`).")
+
+
+class DataSettings(_Strict):
+    """Where questions come from. Files are JSONL, JSON (a list) or parquet, one question per record."""
+
+    train_path: str | None = Field(None, description="Training questions; default: the shipped tool-use task.")
+    eval_path: str | None = Field(None, description="Held-out questions; default: the shipped task's held-out "
+                                  "split (no question shared with training).")
+    question_field: str = Field("question", description="Record field holding the question text.")
+    answer_field: str = Field("answer", description="Record field holding the gold answer.")
+    reward_field: str = Field("reward", description="Record field naming the scorer (`agentflow.scoring`).")
+    default_reward: str = Field("exact_match", description="Scorer for records without `reward_field`.")
+    id_field: str = Field("id", description="Record field holding a stable item id (else the line number).")
+
+
+def _default_train_flow() -> FlowConfig:
+    """Planner on the trainable policy; the other roles on the bundled model through llama.cpp."""
+    helper = LlamaCppEngineConfig(n_parallel=8, n_threads=1)
+    return FlowConfig(
+        engines={POLICY_ENGINE: TransformersEngineConfig(), "helper": helper},
+        roles=RolesConfig(
+            planner=RoleConfig(engine=POLICY_ENGINE, sampling=SamplingParams(temperature=1.0, max_tokens=64)),
+            executor=RoleConfig(engine="helper", sampling=SamplingParams(max_tokens=96)),
+            verifier=RoleConfig(engine="helper", sampling=SamplingParams(max_tokens=32)),
+            generator=RoleConfig(engine="helper", sampling=SamplingParams(max_tokens=48)),
+            tools=RoleConfig(engine="helper", sampling=SamplingParams(max_tokens=128)),
+        ),
+        tools={"python": {}, "wikipedia_search": {}},
+        limits=LimitsConfig(max_turns=1, max_seconds=120.0, memory_tokens=256, result_chars=300),
+        query_analysis=False,
+    )
+
+
+class TrainConfig(_Strict):
+    """Flow-GRPO (Li et al. 2025, "In-the-Flow Agentic System Optimization"): the planner learns on-policy
+    inside the live multi-turn flow from one outcome reward per trajectory."""
+
+    algorithm: Literal["grpo", "sft", "frozen"] = Field(
+        "grpo", description="'grpo': Flow-GRPO; 'sft': fine-tune on correct trajectories of `teacher`; "
+        "'frozen': no update, only evaluation (the untrained baseline).")
+
+    # -- the policy -------------------------------------------------------------------------------
+    flow: FlowConfig = Field(
+        default_factory=_default_train_flow,
+        description="The flow the planner learns inside (engines of the other roles, tools, limits). The "
+        "planner role's engine must be a `transformers` engine: it is the trainable policy.")
+    lora: LoraSettings = Field(default_factory=LoraSettings)
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward: less memory, "
+                                         "about 30% more update time.")
+
+    # -- data -------------------------------------------------------------------------------------
+    data: DataSettings = Field(default_factory=DataSettings)
+
+    # -- rollout ----------------------------------------------------------------------------------
+    batch_size: int = Field(4, ge=1, description="B: questions per step.")
+    group_size: int = Field(8, ge=2, description="G: trajectories per question (GRPO's group; Shao et al. 2024).")
+    max_turns: int | None = Field(None, ge=1, description="Planner turns per trajectory; overrides "
+                                  "flow.limits.max_turns when set.")
+    temperature: float | None = Field(None, gt=0.0, description="Planner sampling temperature during rollouts; "
+                                      "overrides flow.roles.planner.sampling.temperature when set.")
+    planner_max_tokens: int | None = Field(None, ge=1, description="Planner reply budget in tokens; overrides "
+                                           "flow.roles.planner.sampling.max_tokens when set.")
+    rollout_concurrency: int = Field(32, ge=1, description="Trajectories in flight at once (the policy engine "
+                                     "batches concurrent planner calls up to its max_batch_size).")
+
+    # -- optimisation -----------------------------------------------------------------------------
+    learning_rate: float = Field(2e-4, gt=0.0, description="AdamW peak learning rate.")
+    lr_schedule: Literal["constant", "cosine", "linear"] = Field(
+        "constant", description="Decay after warmup: constant, cosine to 0, or linear to 0 at max_steps.")
+    warmup_steps: int = Field(0, ge=0, description="Linear warmup from 0 over this many steps.")
+    weight_decay: float = Field(0.0, ge=0.0, description="AdamW decoupled weight decay.")
+    adam_betas: tuple[float, float] = Field((0.9, 0.999), description="AdamW betas.")
+    max_grad_norm: float = Field(1.0, gt=0.0, description="Clip the global gradient norm to this value.")
+    clip_low: float = Field(0.2, ge=0.0, description="Ratio clip below 1 - clip_low (PPO; Schulman et al. 2017).")
+    clip_high: float = Field(0.28, ge=0.0, description="Ratio clip above 1 + clip_high; larger than clip_low "
+                             "keeps exploration alive (DAPO's clip-higher; Yu et al. 2025).")
+    kl_coef: float = Field(0.001, ge=0.0, description="Weight of the KL penalty to the frozen reference; 0 "
+                           "skips the reference forward pass entirely.")
+    kl_estimator: Literal["k1", "k2", "k3"] = Field(
+        "k3", description="Per-token KL estimator (Schulman's k1/k2/k3; GRPO uses k3).")
+    advantage: str = Field("grpo_trajectory", description="Advantage estimator from the registry in "
+                           "`agentflow.train.advantages`: grpo_trajectory, grpo_turn_rows, no_std.")
+    advantage_eps: float = Field(1e-6, ge=0.0, description="Added to the group std before dividing.")
+    loss_aggregation: Literal["token_mean", "seq_mean_token_mean"] = Field(
+        "token_mean", description="token_mean: every token weighs the same (DAPO); seq_mean_token_mean: "
+        "every planner turn weighs the same (original GRPO).")
+    micro_batch_rows: int = Field(8, ge=1, description="Planner-turn rows per forward/backward pass; gradients "
+                                  "accumulate over micro-batches into one optimiser step per batch.")
+    micro_batch_tokens: int = Field(4096, ge=64, description="Also cap a micro-batch at this many padded "
+                                    "tokens (rows x longest row).")
+
+    # -- schedule, evaluation, checkpoints --------------------------------------------------------
+    max_steps: int = Field(30, ge=0, description="Optimiser steps (one rollout batch each); 0 only evaluates.")
+    seed: int = Field(0, description="Seeds data order, sampling and initialisation.")
+    eval_every: int = Field(10, ge=0, description="Evaluate on the held-out set every K steps (0: only at the "
+                            "start and the end).")
+    eval_size: int | None = Field(None, ge=1, description="Held-out questions per evaluation (first N); "
+                                  "None: all.")
+    eval_at_start: bool = Field(True, description="Evaluate the untrained planner before step 1.")
+    eval_temperature: float = Field(0.0, ge=0.0, description="Planner temperature during evaluation.")
+    save_every: int = Field(10, ge=1, description="Write a checkpoint every N steps (and at the end).")
+    keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (oldest deleted first).")
+    output_dir: str = Field("runs/train", description="Run directory: metrics.jsonl, TensorBoard events, "
+                            "checkpoints, the final planner.")
+    export_gguf: bool = Field(True, description="Also write the trained planner as a GGUF file for llama.cpp.")
+    torch_threads: int | None = Field(None, ge=1, description="torch intra-op threads; default: torch's choice.")
+
+    # -- SFT baseline -----------------------------------------------------------------------------
+    teacher: EngineConfig | None = Field(
+        None, description="Engine of the stronger teacher whose correct trajectories' planner turns `sft` "
+        "trains on (any engine kind, e.g. an OpenAI-compatible server).")
+    sft_trajectories: int = Field(2, ge=1, description="Teacher trajectories per training question for sft.")
+    sft_epochs: int = Field(1, ge=1, description="Passes over the collected teacher turns.")
+
+    @model_validator(mode="after")
+    def _check(self) -> TrainConfig:
+        planner_engine = self.flow.roles.planner.engine
+        if not isinstance(self.flow.engines[planner_engine], TransformersEngineConfig):
+            raise ValueError(f"the planner's engine {planner_engine!r} must be kind 'transformers' (the "
+                             f"trainable policy), got {self.flow.engines[planner_engine].kind!r}")
+        if self.algorithm == "sft" and self.teacher is None:
+            raise ValueError("algorithm 'sft' needs a `teacher` engine")
+        from agentflow.train.advantages import ADVANTAGE_ESTIMATORS
+
+        if self.advantage not in ADVANTAGE_ESTIMATORS:
+            raise ValueError(f"unknown advantage estimator {self.advantage!r}; known: "
+                             f"{', '.join(sorted(ADVANTAGE_ESTIMATORS))}")
+        return self
+
+    # -- derived ----------------------------------------------------------------------------------
+    @property
+    def policy_engine_name(self) -> str:
+        return self.flow.roles.planner.engine
+
+    @property
+    def policy(self) -> TransformersEngineConfig:
+        engine = self.flow.engines[self.policy_engine_name]
+        assert isinstance(engine, TransformersEngineConfig)
+        return engine
+
+    def rollout_flow_config(self) -> FlowConfig:
+        """The flow config with the rollout overrides (max_turns, temperature, max_tokens) applied."""
+        flow = self.flow.model_copy(deep=True)
+        if self.max_turns is not None:
+            flow.limits.max_turns = self.max_turns
+        sampling = flow.roles.planner.sampling
+        if self.temperature is not None:
+            sampling.temperature = self.temperature
+        if self.planner_max_tokens is not None:
+            sampling.max_tokens = self.planner_max_tokens
+        return flow
+
+    def eval_flow_config(self) -> FlowConfig:
+        flow = self.rollout_flow_config()
+        flow.roles.planner.sampling.temperature = self.eval_temperature
+        return flow
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, **overrides: Any) -> TrainConfig:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            raw = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        raw.update({k: v for k, v in overrides.items() if v is not None})
+        return cls.from_dict(raw, source=str(path))
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any], *, source: str = "config") -> TrainConfig:
+        try:
+            return cls.model_validate(raw)
+        except (ValidationError, ConfigError) as err:
+            raise ConfigError(f"{source}: {err}") from None

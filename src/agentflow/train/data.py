@@ -1,0 +1,118 @@
+"""Training and held-out questions: loading, and a resumable deterministic batch order.
+
+The batch order is a pure function of (seed, position): epoch e is the permutation of the items drawn by
+`random.Random(seed * 1_000_003 + e)`. A checkpoint stores only `position`, so `--resume` produces exactly
+the batches the killed run would have produced.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agentflow.errors import ConfigError
+from agentflow.train.config import DataSettings
+
+
+@dataclass(frozen=True)
+class Question:
+    """One training or held-out item."""
+
+    id: str
+    question: str
+    answer: Any
+    reward: str
+    meta: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+def _read_records(path: Path) -> list[dict[str, Any]]:
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        lines = path.read_text(encoding="utf-8").splitlines()
+        records = []
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as err:
+                raise ConfigError(f"{path}:{number}: not valid JSON: {err}") from None
+        return records
+    if suffix == ".json":
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict):
+            data = list(data.values())
+        if not isinstance(data, list):
+            raise ConfigError(f"{path}: expected a JSON list of records")
+        return data
+    if suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError:
+            raise ConfigError(f"{path}: reading parquet needs `pip install pyarrow`") from None
+        return pq.read_table(path).to_pylist()
+    raise ConfigError(f"{path}: unsupported format {suffix!r}; use .jsonl, .json or .parquet")
+
+
+def load_questions(path: str | Path, settings: DataSettings) -> list[Question]:
+    """Load questions; every record needs the question and answer fields. Ids must be unique."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"question file not found: {path}")
+    questions: list[Question] = []
+    seen: set[str] = set()
+    known = {settings.question_field, settings.answer_field, settings.reward_field, settings.id_field}
+    for number, record in enumerate(_read_records(path), 1):
+        if not isinstance(record, dict):
+            raise ConfigError(f"{path}: record {number} is not an object")
+        missing = [f for f in (settings.question_field, settings.answer_field) if f not in record]
+        if missing:
+            raise ConfigError(f"{path}: record {number} lacks field(s) {', '.join(missing)}")
+        item_id = str(record.get(settings.id_field, f"{path.stem}-{number}"))
+        if item_id in seen:
+            raise ConfigError(f"{path}: item id {item_id!r} appears twice")
+        seen.add(item_id)
+        questions.append(Question(
+            id=item_id, question=str(record[settings.question_field]), answer=record[settings.answer_field],
+            reward=str(record.get(settings.reward_field) or settings.default_reward),
+            meta={k: v for k, v in record.items() if k not in known}))
+    if not questions:
+        raise ConfigError(f"{path}: no questions")
+    return questions
+
+
+def default_paths() -> tuple[Path, Path]:
+    from agentflow.train.tasks import task_path
+
+    return task_path("train"), task_path("heldout")
+
+
+class BatchSampler:
+    """Deterministic, resumable batches: epoch-wise shuffles seeded by (seed, epoch)."""
+
+    def __init__(self, items: list[Question], *, batch_size: int, seed: int, position: int = 0) -> None:
+        if batch_size > len(items):
+            raise ConfigError(f"batch_size {batch_size} exceeds the {len(items)} training questions")
+        self.items = items
+        self.batch_size = batch_size
+        self.seed = seed
+        self.position = position
+        self._epoch_cache: tuple[int, list[int]] | None = None
+
+    def _order(self, epoch: int) -> list[int]:
+        if self._epoch_cache is None or self._epoch_cache[0] != epoch:
+            order = list(range(len(self.items)))
+            random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+            self._epoch_cache = (epoch, order)
+        return self._epoch_cache[1]
+
+    def next_batch(self) -> list[Question]:
+        batch = []
+        for _ in range(self.batch_size):
+            epoch, offset = divmod(self.position, len(self.items))
+            batch.append(self.items[self._order(epoch)[offset]])
+            self.position += 1
+        return batch

@@ -1,0 +1,136 @@
+"""Save the trained planner where `agentflow solve` / `eval` load it, and as GGUF for llama.cpp.
+
+- `DIR/adapter/`: the PEFT adapter (with LoRA): `TransformersEngineConfig(model=<base>, adapter=DIR/adapter)`.
+- `DIR/model/`: the merged Hugging Face checkpoint (safetensors): `TransformersEngineConfig(model=DIR/model)`.
+- `DIR/planner.gguf`: llama.cpp's format: `LlamaCppEngineConfig(model_path=DIR/planner.gguf)`.
+
+GGUF route: transformers can read GGUF but not write it, and llama.cpp's converter script is not on PyPI.
+The `gguf` package's writer is, so we copy the base GGUF's metadata (architecture, tokenizer, chat template)
+and write the merged weights under llama.cpp's tensor names, Q8_0 for matrices and F32 for norms. Llama
+q/k projections are stored by llama.cpp in an interleaved rotary layout; we apply the same permutation that
+its converter applies (transformers' GGUF loader undoes it on load). Works for llama-architecture bases
+given as GGUF (the bundled SmolLM2 is one); other bases get the HF directory and a logged reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+log = logging.getLogger(__name__)
+
+_LAYER_NAMES = {
+    "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+    "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+    "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm",
+}
+
+
+def gguf_name(hf_name: str) -> str | None:
+    """llama.cpp tensor name of a LlamaForCausalLM parameter (None for ones GGUF does not store)."""
+    name = hf_name.removesuffix(".weight")
+    if name == "model.embed_tokens":
+        return "token_embd.weight"
+    if name == "model.norm":
+        return "output_norm.weight"
+    if name == "lm_head":
+        return "output.weight"
+    parts = name.split(".")
+    if len(parts) >= 4 and parts[0] == "model" and parts[1] == "layers":
+        mapped = _LAYER_NAMES.get(".".join(parts[3:]))
+        if mapped:
+            return f"blk.{parts[2]}.{mapped}.weight"
+    return None
+
+
+def rotary_permute(weight: np.ndarray, n_head: int) -> np.ndarray:
+    """HF's half-split rotary layout -> llama.cpp's interleaved layout (rows of a q or k projection)."""
+    rows = weight.shape[0]
+    return weight.reshape(n_head, 2, rows // n_head // 2, *weight.shape[1:]).swapaxes(1, 2).reshape(weight.shape)
+
+
+def write_gguf(state: dict[str, torch.Tensor], *, template: Path, out: Path) -> Path:
+    """Write `state` (merged LlamaForCausalLM weights) as GGUF with `template`'s metadata."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(template))
+    arch = reader.fields["general.architecture"].contents()
+    if arch != "llama":
+        raise ValueError(f"GGUF export supports llama-architecture bases; {template} is {arch!r}")
+    n_head = int(reader.fields["llama.attention.head_count"].contents())
+    n_head_kv = int(reader.fields["llama.attention.head_count_kv"].contents())
+    wanted = {t.name for t in reader.tensors}
+    writer = gguf.GGUFWriter(str(out), arch)
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name in ("general.architecture", "general.file_type"):
+            continue
+        sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub_type)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q8_0)
+    written = set()
+    for hf_name, tensor in state.items():
+        name = gguf_name(hf_name)
+        if name is None or name not in wanted:
+            continue
+        data = tensor.detach().to(torch.float32).cpu().numpy()
+        if name.endswith("attn_q.weight"):
+            data = rotary_permute(data, n_head)
+        elif name.endswith("attn_k.weight"):
+            data = rotary_permute(data, n_head_kv)
+        if data.ndim == 2 and data.shape[1] % 32 == 0:
+            qtype = gguf.GGMLQuantizationType.Q8_0
+            writer.add_tensor(name, gguf.quants.quantize(data, qtype), raw_dtype=qtype)
+        else:
+            writer.add_tensor(name, np.ascontiguousarray(data, dtype=np.float32))
+        written.add(name)
+    missing = wanted - written
+    if missing:
+        raise ValueError(f"GGUF export: no weights for {sorted(missing)[:5]}")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+def export_planner(model: torch.nn.Module, tokenizer, out_dir: Path, *, lora: bool, gguf: bool,
+                   gguf_template: Path | None = None) -> Path:
+    """Save adapter (LoRA) and merged model; write GGUF when asked and possible. Returns out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if lora and hasattr(model, "peft_config"):
+        model.save_pretrained(str(out_dir / "adapter"))
+        merged = _merged_copy(model)
+    else:
+        merged = model
+    _forget_gguf_origin(merged)
+    merged.save_pretrained(str(out_dir / "model"))
+    tokenizer.save_pretrained(str(out_dir / "model"))
+    if gguf:
+        from agentflow.bundled import bundled_model_path
+
+        template = gguf_template or bundled_model_path()
+        try:
+            state = dict(merged.state_dict())
+            write_gguf(state, template=template, out=out_dir / "planner.gguf")
+        except ValueError as err:
+            log.warning("GGUF export skipped: %s", err)
+    return out_dir
+
+
+def _merged_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """The base model with the adapter merged in, leaving `model` (still training) untouched."""
+    import copy
+
+    return copy.deepcopy(model).merge_and_unload()
+
+
+def _forget_gguf_origin(model: torch.nn.Module) -> None:
+    """A model loaded from GGUF is dequantised to float weights, but transformers still marks it as
+    GGUF-quantised and refuses `save_pretrained`; the marks are stale, so drop them."""
+    if getattr(model, "hf_quantizer", None) is not None:
+        model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config

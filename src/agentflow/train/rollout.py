@@ -1,0 +1,136 @@
+"""Rollout: G trajectories per question through the same `Flow` that `solve` and `eval` run, scored with the
+scorer registry, turned into one training row per planner call.
+
+Nothing is recomputed here: the prompt ids, response ids and sampling log-probs of each row are those the
+policy engine recorded while it generated the reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from agentflow.flow import Flow
+from agentflow.scoring import get_scorer
+from agentflow.scoring.base import Score
+from agentflow.train.data import Question
+from agentflow.trajectory import Failure, Trajectory
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Rollout:
+    """One trajectory of one question, with its score (None when it failed for infrastructure reasons)."""
+
+    question: Question
+    index: int
+    trajectory: Trajectory
+    score: Score | None
+    infrastructure: Failure | None = None
+
+    @property
+    def trajectory_id(self) -> str:
+        return f"{self.question.id}#{self.index}"
+
+
+@dataclass
+class TurnRow:
+    """One planner call as a training row."""
+
+    trajectory: int
+    prompt_ids: list[int]
+    response_ids: list[int]
+    old_logprobs: list[float]
+
+
+@dataclass
+class RolloutBatch:
+    """The scored rollouts of one step, infrastructure failures already set aside."""
+
+    rollouts: list[Rollout]
+    excluded: list[Rollout] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def rewards(self) -> torch.Tensor:
+        return torch.tensor([r.score.value for r in self.rollouts if r.score is not None], dtype=torch.float32)
+
+    def group_ids(self) -> list[str]:
+        return [r.question.id for r in self.rollouts]
+
+    def trajectory_ids(self) -> list[str]:
+        return [r.trajectory_id for r in self.rollouts]
+
+    def rows(self) -> tuple[list[TurnRow], torch.Tensor]:
+        """Training rows (one per planner call) and the trajectory index of each row."""
+        rows: list[TurnRow] = []
+        for t, rollout in enumerate(self.rollouts):
+            for turn, call in enumerate(rollout.trajectory.planner_calls(), 1):
+                completion = call.completion
+                assert completion is not None
+                if not completion.prompt_token_ids or completion.token_ids is None or completion.logprobs is None:
+                    raise ValueError(f"trajectory {rollout.trajectory_id!r} turn {turn}: the policy engine "
+                                     "returned no token ids / log-probs; the planner must run on a "
+                                     "transformers engine")
+                if len(completion.token_ids) != len(completion.logprobs):
+                    raise ValueError(f"trajectory {rollout.trajectory_id!r} turn {turn}: "
+                                     f"{len(completion.token_ids)} tokens but {len(completion.logprobs)} log-probs")
+                if not completion.token_ids:
+                    continue
+                rows.append(TurnRow(t, list(completion.prompt_token_ids), list(completion.token_ids),
+                                    list(completion.logprobs)))
+        return rows, torch.tensor([r.trajectory for r in rows], dtype=torch.long)
+
+    def metrics(self) -> dict[str, Any]:
+        """Reward, accuracy, turns and tool choices of the scored trajectories."""
+        scored = self.rollouts
+        n = max(len(scored), 1)
+        tools = Counter(turn.tool if turn.tool_valid else "invalid" for r in scored for turn in r.trajectory.turns)
+        n_turns = sum(tools.values())
+        right_tool = [turn.tool == r.question.meta.get("tool") for r in scored for turn in r.trajectory.turns
+                      if r.question.meta.get("tool")]
+        out: dict[str, Any] = {
+            "reward_mean": sum(r.score.value for r in scored if r.score) / n,
+            "accuracy": sum(1 for r in scored if r.score and r.score.correct) / n,
+            "turns_per_trajectory": n_turns / n,
+            "trajectories": len(scored),
+            "infrastructure_failures": len(self.excluded),
+        }
+        out.update({f"tool/{name}": count / max(n_turns, 1) for name, count in sorted(tools.items())})
+        if right_tool:
+            out["tool_choice_accuracy"] = sum(right_tool) / len(right_tool)
+        return out
+
+
+def score_trajectory(question: Question, trajectory: Trajectory) -> Score:
+    """The reward of one trajectory: the scorer named by the question, on the flow's extracted answer."""
+    return get_scorer(question.reward)(trajectory.answer, question.answer)
+
+
+async def run_rollouts(flow: Flow, questions: list[Question], *, group_size: int,
+                       concurrency: int) -> RolloutBatch:
+    """Run `group_size` trajectories per question concurrently (at most `concurrency` in flight)."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(question: Question, index: int) -> Rollout:
+        async with gate:
+            trajectory = await flow.asolve(question.question)
+        failure = trajectory.infrastructure_failure
+        if failure is not None:
+            log.warning("question %s trajectory %d excluded: %s (%s)", question.id, index, failure.kind,
+                        failure.message)
+            return Rollout(question, index, trajectory, None, failure)
+        return Rollout(question, index, trajectory, score_trajectory(question, trajectory))
+
+    results = await asyncio.gather(*(one(q, i) for q in questions for i in range(group_size)))
+    batch = RolloutBatch(rollouts=[r for r in results if r.infrastructure is None],
+                         excluded=[r for r in results if r.infrastructure is not None])
+    batch.seconds = loop.time() - start
+    return batch

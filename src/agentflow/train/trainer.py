@@ -1,0 +1,408 @@
+"""The Flow-GRPO trainer: rollout in the live flow, score, advantages, clipped update, log, checkpoint, eval.
+
+One step:
+1. B questions from the resumable sampler; G trajectories each through `Flow.asolve` with the planner role
+   on the policy engine (the model being trained, updated in place), concurrently.
+2. Rewards from the scorer registry; infrastructure failures excluded and counted.
+3. Advantages from the registry, one per planner-turn row; rows of no-signal groups (advantage 0) are
+   skipped in the update when `kl_coef` is 0, since they carry no gradient.
+4. Reference log-probs once per batch (LoRA: adapter disabled; full fine-tuning: a frozen copy).
+5. Gradient accumulation over micro-batches, gradient clipping, AdamW, scheduler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import logging
+import math
+import random
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentflow.engines.base import Engine
+from agentflow.flow import Flow
+from agentflow.train.advantages import get_advantage, no_signal_groups
+from agentflow.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
+from agentflow.train.config import TrainConfig
+from agentflow.train.data import BatchSampler, Question, default_paths, load_questions
+from agentflow.train.logprobs import micro_batches, pack_rows, response_logprobs
+from agentflow.train.losses import clipped_surrogate_loss
+from agentflow.train.metrics import MetricsLogger
+from agentflow.train.rollout import RolloutBatch, TurnRow, run_rollouts
+
+log = logging.getLogger(__name__)
+
+
+def lr_lambda(config: TrainConfig):
+    """Multiplier of the peak learning rate at a step: linear warmup, then constant / cosine / linear decay."""
+    warmup, total = config.warmup_steps, max(config.max_steps, 1)
+
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if config.lr_schedule == "constant":
+            return 1.0
+        progress = min(max(step - warmup, 0) / max(total - warmup, 1), 1.0)
+        if config.lr_schedule == "cosine":
+            return 0.5 * (1.0 + math.cos(math.pi * progress))
+        return 1.0 - progress
+
+    return factor
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def peak_memory_mb() -> float:
+    """Peak resident memory of this process (CUDA: peak allocated on the device) in MiB."""
+    if torch.cuda.is_available():
+        return torch.cuda.max_memory_allocated() / 2**20
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class Trainer:
+    """Owns the policy, the flows, the optimiser and the run directory."""
+
+    def __init__(self, config: TrainConfig, *, out_dir: str | Path | None = None,
+                 engines: dict[str, Engine] | None = None, console: Any = None) -> None:
+        self.config = config
+        self.out_dir = Path(out_dir or config.output_dir)
+        self.extra_engines = dict(engines or {})
+        self.console = console
+        self.step = 0
+        self.sampler: BatchSampler | None = None
+
+    # -- set-up -------------------------------------------------------------------------------------
+
+    def _setup(self) -> None:
+        from agentflow.engines.hf import TransformersEngine
+
+        cfg = self.config
+        if cfg.torch_threads:
+            torch.set_num_threads(cfg.torch_threads)
+        seed_everything(cfg.seed)
+        train_path, eval_path = default_paths()
+        self.train_items = load_questions(cfg.data.train_path or train_path, cfg.data)
+        self.eval_items = load_questions(cfg.data.eval_path or eval_path, cfg.data)
+        if cfg.eval_size:
+            self.eval_items = self.eval_items[:cfg.eval_size]
+        overlap = {q.question for q in self.train_items} & {q.question for q in self.eval_items}
+        if overlap:
+            log.warning("%d held-out questions also appear in the training set", len(overlap))
+
+        policy = self.extra_engines.get(cfg.policy_engine_name)
+        if policy is None:
+            policy = TransformersEngine(cfg.policy)
+        if not isinstance(policy, TransformersEngine):
+            raise TypeError("the planner's engine must be a TransformersEngine")
+        self.policy = policy
+        self.tokenizer = policy.tokenizer
+        self.device = next(policy.model.parameters()).device
+        self.ref_model: torch.nn.Module | None = None
+        if cfg.algorithm != "frozen":
+            self._make_trainable()
+        self.model = policy.model
+
+        engines = {**self.extra_engines, cfg.policy_engine_name: policy}
+        self.flow = Flow.from_config(cfg.rollout_flow_config(), engines=engines)
+        self.eval_flow = Flow.from_config(cfg.eval_flow_config(), engines=self.flow.engines, tools=self.flow.tools)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params or [torch.nn.Parameter(torch.zeros(1))], lr=cfg.learning_rate,
+                                           betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
+        self.sampler = BatchSampler(self.train_items, batch_size=cfg.batch_size, seed=cfg.seed)
+        self.metrics = MetricsLogger(self.out_dir, console=self.console)
+
+    def _make_trainable(self) -> None:
+        cfg = self.config
+        model = self.policy.model
+        if cfg.lora.enabled:
+            from peft import LoraConfig, get_peft_model
+
+            if cfg.policy.adapter:
+                # an adapter loaded by the engine is trained further
+                for name, p in model.named_parameters():
+                    p.requires_grad_("lora_" in name)
+            else:
+                model = get_peft_model(model, LoraConfig(
+                    r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                    target_modules=cfg.lora.targets, task_type="CAUSAL_LM"))
+        else:
+            if cfg.kl_coef > 0:
+                self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+            model.requires_grad_(True)
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable()
+            if hasattr(model, "enable_input_require_grads"):
+                model.enable_input_require_grads()
+        self.policy.set_model(model)
+        n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
+        log.info("trainable parameters: %d", n_train)
+
+    def _resume(self) -> None:
+        checkpoints = list_checkpoints(self.out_dir / "checkpoints")
+        if not checkpoints:
+            log.warning("--resume: no checkpoint in %s; starting from step 0", self.out_dir)
+            return
+        state = load_checkpoint(checkpoints[-1], model=self.model, optimizer=self.optimizer,
+                                scheduler=self.scheduler)
+        self.step = int(state["step"])
+        assert self.sampler is not None
+        self.sampler.position = int(state["data_position"])
+        log.info("resumed from %s (step %d, data position %d)", checkpoints[-1], self.step, self.sampler.position)
+
+    # -- one step -----------------------------------------------------------------------------------
+
+    def _ref_logprobs(self, rows: list[TurnRow], batches: list[list[int]]) -> dict[int, torch.Tensor]:
+        """Reference log-probs of every row, once per batch."""
+        out: dict[int, torch.Tensor] = {}
+        if self.ref_model is not None:
+            model, ctx = self.ref_model, nullcontext()
+        else:
+            model, ctx = self.model, self.model.disable_adapter()
+        temperature = self._rollout_temperature()
+        with torch.no_grad(), ctx:
+            for indices in batches:
+                packed = pack_rows([rows[i] for i in indices], pad_id=self._pad_id(), device=self.device)
+                logprobs, _ = response_logprobs(model, packed, temperature=temperature)
+                for j, i in enumerate(indices):
+                    out[i] = logprobs[j]
+        return out
+
+    def _rollout_temperature(self) -> float:
+        return self.config.rollout_flow_config().roles.planner.sampling.temperature or 1.0
+
+    def _pad_id(self) -> int:
+        tok = self.tokenizer
+        return tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
+
+    def _update(self, rows: list[TurnRow], advantages: torch.Tensor, *, sft: bool = False) -> dict[str, float]:
+        """One optimiser step over all rows with gradient accumulation."""
+        cfg = self.config
+        metrics: dict[str, float] = {}
+        if not rows:
+            return {"rows": 0.0}
+        batches = micro_batches(rows, max_rows=cfg.micro_batch_rows, max_tokens=cfg.micro_batch_tokens)
+        start = time.perf_counter()
+        ref = self._ref_logprobs(rows, batches) if cfg.kl_coef > 0 and not sft else None
+        metrics["seconds/ref_logprobs"] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        total_tokens = float(sum(len(r.response_ids) for r in rows))
+        normalizer = total_tokens if (cfg.loss_aggregation == "token_mean" or sft) else float(len(rows))
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        loss_total = 0.0
+        temperature = 1.0 if sft else self._rollout_temperature()
+        for indices in batches:
+            packed = pack_rows([rows[i] for i in indices], pad_id=self._pad_id(), device=self.device)
+            logprobs, entropy = response_logprobs(self.model, packed, temperature=temperature, with_entropy=True)
+            if sft:
+                loss = -(logprobs * packed.response_mask).sum() / normalizer
+                part = {"entropy": float((entropy * packed.response_mask).sum() / max(packed.tokens, 1)),
+                        "tokens": float(packed.tokens)}
+            else:
+                ref_lp = None
+                if ref is not None:
+                    ref_lp = torch.stack([ref[i] for i in indices]).to(logprobs.device)
+                result = clipped_surrogate_loss(
+                    logprobs=logprobs, old_logprobs=packed.old_logprobs,
+                    advantages=advantages[indices].to(logprobs.device), mask=packed.response_mask,
+                    clip_low=cfg.clip_low, clip_high=cfg.clip_high, ref_logprobs=ref_lp, kl_coef=cfg.kl_coef,
+                    kl_estimator=cfg.kl_estimator, aggregation=cfg.loss_aggregation, normalizer=normalizer,
+                    entropy=entropy)
+                loss, part = result.loss, result.metrics
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"step {self.step}: non-finite loss {loss.item()}")
+            loss.backward()
+            loss_total += float(loss.detach())
+            weight = part.get("tokens", 0.0)
+            for key, value in part.items():
+                sums[key] = sums.get(key, 0.0) + (value if key == "tokens" else value * weight)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.model.eval()
+        tokens = max(sums.pop("tokens", 0.0), 1.0)
+        metrics.update({k: v / tokens for k, v in sums.items()})
+        seconds = time.perf_counter() - start
+        metrics.update({"loss": loss_total, "grad_norm": float(grad_norm), "rows": float(len(rows)),
+                        "update_tokens": total_tokens, "micro_batches": float(len(batches)),
+                        "seconds/update": seconds,
+                        "update_tokens_per_s": sum(len(r.prompt_ids) + len(r.response_ids) for r in rows)
+                        / max(seconds, 1e-9),
+                        "lr": self.scheduler.get_last_lr()[0]})
+        return metrics
+
+    async def _grpo_step(self, questions: list[Question]) -> dict[str, Any]:
+        cfg = self.config
+        batch = await run_rollouts(self.flow, questions, group_size=cfg.group_size,
+                                   concurrency=cfg.rollout_concurrency)
+        metrics: dict[str, Any] = {"seconds/rollout": batch.seconds, **batch.metrics()}
+        rows, row_traj = batch.rows()
+        generated = sum(len(r.response_ids) for r in rows)
+        metrics["rollout_planner_tokens_per_s"] = generated / max(batch.seconds, 1e-9)
+        rewards = batch.rewards()
+        n_groups = len({q.id for q in questions})
+        if batch.rollouts:
+            advantages = get_advantage(cfg.advantage)(
+                rewards=rewards, group_ids=batch.group_ids(), trajectory_ids=batch.trajectory_ids(),
+                row_trajectory=row_traj, eps=cfg.advantage_eps)
+            metrics["no_signal_share"] = (no_signal_groups(rewards, batch.group_ids())
+                                          + n_groups - len(set(batch.group_ids()))) / n_groups
+        else:
+            advantages = torch.zeros(0)
+            metrics["no_signal_share"] = 1.0
+        if cfg.kl_coef == 0 and len(rows):
+            keep = (advantages != 0).nonzero().flatten().tolist()
+            rows, advantages = [rows[i] for i in keep], advantages[keep]
+        metrics.update(self._update(rows, advantages))
+        return metrics
+
+    # -- SFT baseline ------------------------------------------------------------------------------
+
+    def _sft_rows(self, batch: RolloutBatch) -> list[TurnRow]:
+        """Planner turns of the teacher's correct trajectories, tokenised for the policy."""
+        rows = []
+        tok = self.tokenizer
+        for rollout in batch.rollouts:
+            if not (rollout.score and rollout.score.correct):
+                continue
+            for call in rollout.trajectory.planner_calls():
+                prompt = tok.apply_chat_template(call.messages, add_generation_prompt=True, tokenize=True)
+                if isinstance(prompt, dict) or hasattr(prompt, "input_ids"):
+                    prompt = prompt["input_ids"]
+                response = tok(call.text, add_special_tokens=False)["input_ids"]
+                end = tok.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tok.get_vocab() else tok.eos_token_id
+                response = response + [end]
+                rows.append(TurnRow(0, list(prompt), response, [0.0] * len(response)))
+        return rows
+
+    async def _collect_teacher(self) -> list[TurnRow]:
+        from agentflow.engines import build_engine
+
+        cfg = self.config
+        assert cfg.teacher is not None and self.sampler is not None
+        teacher = self.extra_engines.get("teacher") or build_engine(cfg.teacher)
+        engines = {**self.flow.engines, cfg.policy_engine_name: teacher}
+        teacher_flow = Flow.from_config(cfg.rollout_flow_config(), engines=engines, tools=self.flow.tools)
+        n_questions = max(cfg.max_steps, 1) * cfg.batch_size
+        questions = [q for _ in range(0, n_questions, cfg.batch_size) for q in self.sampler.next_batch()]
+        batch = await run_rollouts(teacher_flow, questions, group_size=cfg.sft_trajectories,
+                                   concurrency=cfg.rollout_concurrency)
+        rows = self._sft_rows(batch)
+        self.metrics.log(0, {"sft/teacher_accuracy": batch.metrics()["accuracy"], "sft/rows": len(rows),
+                             "seconds/teacher_rollout": batch.seconds})
+        if teacher is not self.extra_engines.get("teacher"):
+            await teacher.aclose()
+        return rows
+
+    # -- evaluation --------------------------------------------------------------------------------
+
+    async def evaluate(self, label: str | int) -> dict[str, Any]:
+        """Accuracy of the current planner on the held-out questions (one greedy trajectory each)."""
+        batch = await run_rollouts(self.eval_flow, self.eval_items, group_size=1,
+                                   concurrency=self.config.rollout_concurrency)
+        metrics = {f"eval/{k}": v for k, v in batch.metrics().items() if not k.startswith("tool/")}
+        kinds: dict[str, list[bool]] = {}
+        records = []
+        for r in batch.rollouts + batch.excluded:
+            correct = bool(r.score and r.score.correct)
+            kinds.setdefault(str(r.question.meta.get("kind", "all")), []).append(correct)
+            records.append({"id": r.question.id, "question": r.question.question, "gold": r.question.answer,
+                            "answer": r.trajectory.answer, "correct": correct,
+                            "tools": [t.tool for t in r.trajectory.turns],
+                            "infrastructure": r.infrastructure.kind if r.infrastructure else None})
+        for kind, values in kinds.items():
+            metrics[f"eval/accuracy/{kind}"] = sum(values) / len(values)
+        # accuracy over all held-out questions, failures counted wrong, for the headline number
+        metrics["eval/accuracy_all"] = sum(rec["correct"] for rec in records) / max(len(records), 1)
+        metrics["eval/questions"] = len(records)
+        metrics["eval/seconds"] = batch.seconds
+        path = self.out_dir / "eval" / f"{label}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(rec) + "\n" for rec in records))
+        return metrics
+
+    # -- the run -----------------------------------------------------------------------------------
+
+    def _checkpoint(self) -> None:
+        assert self.sampler is not None
+        save_checkpoint(self.out_dir / "checkpoints", step=self.step, model=self.model, optimizer=self.optimizer,
+                        scheduler=self.scheduler, keep=self.config.keep_checkpoints,
+                        state={"data_position": self.sampler.position, "algorithm": self.config.algorithm})
+
+    async def arun(self, *, resume: bool = False) -> dict[str, Any]:
+        """Train (or only evaluate, for `frozen` and max_steps 0); return the final metrics."""
+        cfg = self.config
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self._setup()
+        (self.out_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
+        if resume:
+            self._resume()
+        final: dict[str, Any] = {}
+        try:
+            training = cfg.algorithm != "frozen" and cfg.max_steps > 0
+            if cfg.eval_at_start and self.step == 0 and (cfg.eval_every or not training):
+                final = await self.evaluate("step-0")
+                self.metrics.log(0, final)
+            if training:
+                final = await self._train_loop()
+            self.metrics.log(self.step, {"peak_memory_mb": peak_memory_mb()})
+        finally:
+            self.metrics.close()
+            await self.flow.aclose()
+        return final
+
+    async def _train_loop(self) -> dict[str, Any]:
+        cfg = self.config
+        assert self.sampler is not None
+        sft_rows: list[TurnRow] = []
+        if cfg.algorithm == "sft":
+            sft_rows = await self._collect_teacher() * cfg.sft_epochs
+            random.Random(cfg.seed).shuffle(sft_rows)
+        last_eval: dict[str, Any] = {}
+        per_step = math.ceil(len(sft_rows) / max(cfg.max_steps, 1)) if sft_rows else 0
+        while self.step < cfg.max_steps:
+            step_start = time.perf_counter()
+            self.step += 1
+            if cfg.algorithm == "sft":
+                chunk = sft_rows[(self.step - 1) * per_step:self.step * per_step]
+                metrics: dict[str, Any] = self._update(chunk, torch.zeros(len(chunk)), sft=True)
+            else:
+                metrics = await self._grpo_step(self.sampler.next_batch())
+            metrics["seconds/step"] = time.perf_counter() - step_start
+            metrics["peak_memory_mb"] = peak_memory_mb()
+            self.metrics.log(self.step, metrics)
+            done = self.step == cfg.max_steps
+            if self.step % cfg.save_every == 0 or done:
+                self._checkpoint()
+            if (cfg.eval_every and self.step % cfg.eval_every == 0) or done:
+                last_eval = await self.evaluate(f"step-{self.step}")
+                self.metrics.log(self.step, last_eval)
+        self.save_planner()
+        return last_eval
+
+    def save_planner(self) -> Path:
+        """Write the trained planner where `agentflow solve` / `eval` load it: DIR/final/{adapter,model}[.gguf]."""
+        from agentflow.train.export import export_planner
+
+        return export_planner(self.model, self.tokenizer, self.out_dir / "final", lora=self.config.lora.enabled,
+                              gguf=self.config.export_gguf)
+
+    def run(self, *, resume: bool = False) -> dict[str, Any]:
+        return asyncio.run(self.arun(resume=resume))
