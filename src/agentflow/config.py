@@ -42,6 +42,9 @@ class OpenAIEngineConfig(_Strict):
     max_retries: int = Field(3, ge=0, description="Retries on timeouts, 429, 5xx and malformed replies.")
     json_schema: bool = Field(True, description="Send response_format json_schema for structured roles.")
     logprobs: bool = Field(False, description="Ask for token log-probs (needed when this engine is the policy).")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="Extra JSON fields sent with every request, for server-specific "
+        "settings (vLLM: top_k, return_tokens_as_token_ids; llama.cpp server: top_k, min_p).")
 
 
 class TransformersEngineConfig(_Strict):

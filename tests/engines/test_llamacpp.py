@@ -1,0 +1,129 @@
+"""LlamaCppEngine: reply parsing and error mapping (fast), and the real bundled model (slow)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from agentflow.config import LlamaCppEngineConfig
+from agentflow.engines.base import SamplingParams
+from agentflow.engines.llamacpp import NEUTRAL_SAMPLER, LlamaCppEngine, default_threads, parse_chat_response
+from agentflow.errors import (
+    ConfigError,
+    EngineBadRequestError,
+    EngineResponseError,
+    EngineServerError,
+    EngineUnavailableError,
+    ModelNotFoundError,
+)
+
+PLANNER_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["tool", "sub_goal"],
+                  "properties": {"tool": {"enum": ["python", "wikipedia_search"]}, "sub_goal": {"type": "string"}}}
+
+
+def chat_reply(content: object, *, entries: list[dict] | None = None) -> dict:
+    choice: dict = {"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": content}}
+    if entries is not None:
+        choice["logprobs"] = {"content": entries}
+    return {"choices": [choice], "usage": {"prompt_tokens": 9, "completion_tokens": 2}}
+
+
+def test_parse_reads_text_usage_token_ids_and_logprobs() -> None:
+    reply = chat_reply("hi", entries=[{"id": 5, "token": "h", "logprob": -0.5},
+                                      {"id": 2, "token": "", "logprob": -0.1}])
+    completion = parse_chat_response(reply, model="m", seconds=0.1)
+    assert (completion.text, completion.prompt_tokens, completion.completion_tokens) == ("hi", 9, 2)
+    assert completion.token_ids == [5, 2] and completion.logprobs == [-0.5, -0.1]
+    assert completion.prompt_token_ids is None
+
+
+def test_parse_turns_post_sampling_probabilities_into_logprobs() -> None:
+    reply = chat_reply("a", entries=[{"id": 7, "token": "a", "prob": 0.25}, {"id": 2, "token": "", "prob": 1.0}])
+    completion = parse_chat_response(reply, model="m", seconds=0.0)
+    assert completion.logprobs == pytest.approx([math.log(0.25), 0.0])
+
+
+@pytest.mark.parametrize(("reply", "error"), [
+    ({"error": {"code": 400, "type": "exceed_context_size_error", "message": "request exceeds"}},
+     EngineBadRequestError),
+    ({"error": {"code": 500, "type": "server_error", "message": "decode failed"}}, EngineServerError),
+    ({"error": {"code": 503, "type": "unavailable_error", "message": "loading"}}, EngineUnavailableError),
+    ({"code": 500, "type": "server_error", "message": "bad utf-8"}, EngineServerError),  # xllamacpp's own shape
+    ({"choices": []}, EngineResponseError),
+    ({"id": "x"}, EngineResponseError),
+    (chat_reply(None), EngineResponseError),
+    ("not a dict", EngineResponseError),
+])
+def test_parse_maps_error_replies_to_typed_errors(reply: object, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        parse_chat_response(reply, model="m", seconds=0.0)
+
+
+def test_missing_model_file_fails_at_construction(tmp_path: Path) -> None:
+    with pytest.raises(ModelNotFoundError, match="not found"):
+        LlamaCppEngine(LlamaCppEngineConfig(model_path=str(tmp_path / "absent.gguf")))
+
+
+async def test_invalid_gguf_is_a_config_error(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF but not really")
+    engine = LlamaCppEngine(LlamaCppEngineConfig(model_path=str(bad), n_threads=1))
+    with pytest.raises(ConfigError, match="not a valid GGUF"):
+        await engine.generate([{"role": "user", "content": "hi"}], SamplingParams(max_tokens=2))
+    await engine.aclose()
+
+
+def test_request_sends_the_given_settings_and_a_neutral_sampler(tmp_path: Path) -> None:
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"unused: nothing is loaded")
+    engine = LlamaCppEngine(LlamaCppEngineConfig(model_path=str(model)))
+    sampling = SamplingParams(temperature=0.6, top_p=0.9, max_tokens=12, seed=3, stop=["END"])
+    body = engine.request_body([{"role": "user", "content": "x"}], sampling, PLANNER_SCHEMA)
+    assert {k: body[k] for k in ("temperature", "top_p", "max_tokens", "seed", "stop")} == \
+        {"temperature": 0.6, "top_p": 0.9, "max_tokens": 12, "seed": 3, "stop": ["END"]}
+    assert {k: body[k] for k in NEUTRAL_SAMPLER} == NEUTRAL_SAMPLER
+    assert body["response_format"]["json_schema"]["schema"] == PLANNER_SCHEMA
+    assert body["post_sampling_probs"] is True
+    greedy = engine.request_body([{"role": "user", "content": "x"}], SamplingParams(temperature=0.0))
+    assert greedy["post_sampling_probs"] is False and "seed" not in greedy and "response_format" not in greedy
+    described = engine.describe()
+    assert described["engine"] == "llamacpp" and described["model"] == "m"
+    assert described["n_threads"] == default_threads() and 1 <= default_threads() <= 4
+
+
+@pytest.fixture(scope="module")
+def engine() -> LlamaCppEngine:
+    return LlamaCppEngine(LlamaCppEngineConfig(n_ctx=2048, n_parallel=2, n_threads=1))
+
+
+@pytest.mark.slow
+def test_bundled_model_answers_constrained_and_concurrently(engine: LlamaCppEngine) -> None:
+    async def scenario() -> None:
+        messages = [{"role": "user", "content": "Which tool should compute 17 * 23?"}]
+        constrained = await engine.generate(messages, SamplingParams(max_tokens=48, temperature=0.8, seed=1),
+                                            json_schema=PLANNER_SCHEMA)
+        reply = json.loads(constrained.text)
+        assert reply["tool"] in {"python", "wikipedia_search"}
+        assert constrained.token_ids and len(constrained.token_ids) == len(constrained.logprobs or [])
+        assert all(lp <= 1e-6 for lp in constrained.logprobs or [])
+
+        greedy = SamplingParams(max_tokens=24)
+        counting = [{"role": "user", "content": "Count from 1 to 30, separated by commas."}]
+        before = engine.metrics()
+        first, second = await asyncio.gather(engine.generate(counting, greedy), engine.generate(counting, greedy))
+        after = engine.metrics()
+        assert first.text == second.text and first.text, "greedy decoding is deterministic across slots"
+        assert first.completion_tokens == len(first.token_ids or []) > 0
+        # both requests shared llama_decode calls (parallel slots), not one after the other; the gauge is a
+        # running mean, so compare busy-slot totals
+        decodes = after["n_decode_total"] - before["n_decode_total"]
+        busy = (after["n_busy_slots_per_decode"] * after["n_decode_total"]
+                - before["n_busy_slots_per_decode"] * before["n_decode_total"])
+        assert decodes > 0 and busy / decodes > 1.5
+
+    asyncio.run(scenario())
+    asyncio.run(engine.aclose())
