@@ -1,0 +1,135 @@
+"""The `python` tool: runs code (given, or written by the LLM from a task) once, in the sandbox."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agentflow.engines.base import Message
+from agentflow.errors import ConfigError, ToolError, ToolTimeoutError
+from agentflow.sandbox import SandboxResult, run_python_sandboxed
+from agentflow.tools.base import Tool, ToolContext, ToolResult, ToolSettings, register_tool
+
+CODE_WRITER_SYSTEM = (
+    "You write short Python 3 programs. Reply with one ```python code block and nothing else. "
+    "The program must print() its final result. Prefer the standard library (math, fractions, itertools); "
+    "there is no network, no input and no subprocess."
+)
+
+_FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
+
+
+class PythonInput(BaseModel):
+    """Exactly one of `code` (run as given) or `task` (the LLM writes the code)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    code: str = Field("", description="Python code to run; print() the result.")
+    task: str = Field("", description="A computation in words; code is written for it.")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> PythonInput:
+        if bool(self.code.strip()) == bool(self.task.strip()):
+            raise ValueError("give exactly one of 'code' or 'task'")
+        return self
+
+
+class PythonSettings(ToolSettings):
+    timeout_s: float = Field(10.0, gt=0, description="Wall-clock limit of one run; the process group is killed.")
+    cpu_s: float | None = Field(None, gt=0, description="CPU-seconds limit; default: the wall-clock limit.")
+    memory_mb: int = Field(512, ge=64, description="Address-space limit of the child process.")
+    max_output_chars: int = Field(4000, ge=100, description="Kept of each of stdout and stderr (head + tail).")
+    max_file_mb: int = Field(16, ge=1, description="Largest file the code may write.")
+    python: str | None = Field(None, description="Interpreter to run; default: the one running agentflow.")
+    network_namespace: bool = Field(True, description="Also isolate the network with `unshare`, where allowed.")
+
+
+def extract_code(reply: str) -> str:
+    """The code in an LLM reply: the first fenced block (even if unterminated), else the whole text."""
+    match = _FENCE.search(reply)
+    return (match.group(1) if match else reply).strip()
+
+
+@register_tool
+class PythonTool(Tool):
+    name = "python"
+    description = ("Runs Python code in a sandbox and returns what it prints. "
+                   "Give 'code' to run, or 'task' to have the code written for you.")
+    input_model = PythonInput
+    output_description = "The printed output (stdout); on failure also the error and traceback."
+    limitations = ("Runs once within {timeout:g} s and {memory} MB; no network, no subprocesses, no files "
+                   "outside a temporary folder; only printed values come back.")
+    best_practices = "Use it for arithmetic, counting and exact computation; print() the final value."
+    settings_model = PythonSettings
+    uses_llm = True
+    fallback_field = "task"
+
+    settings: PythonSettings
+
+    def card(self) -> dict[str, Any]:
+        card = super().card()
+        card["limitations"] = self.limitations.format(timeout=self.settings.timeout_s,
+                                                      memory=self.settings.memory_mb)
+        return card
+
+    async def run(self, args: PythonInput, ctx: ToolContext) -> ToolResult:
+        start = time.perf_counter()
+        llm_calls: list[dict[str, Any]] = []
+        code = args.code if args.code.strip() else await self._write_code(args.task, ctx, llm_calls)
+        budget = min(self.settings.timeout_s, ctx.timeout_s - (time.perf_counter() - start))
+        if budget <= 0:
+            raise ToolTimeoutError("no time left to run the code after writing it")
+        try:
+            result = await run_python_sandboxed(
+                code, timeout_s=budget, cpu_s=self.settings.cpu_s, memory_mb=self.settings.memory_mb,
+                max_output_chars=self.settings.max_output_chars, max_file_mb=self.settings.max_file_mb,
+                python=self.settings.python or sys.executable,
+                network_namespace=self.settings.network_namespace)
+        except OSError as err:
+            raise ConfigError(f"python tool: cannot start the interpreter "
+                              f"{self.settings.python or sys.executable!r}: {err}") from err
+        if result.timed_out:
+            partial = result.stdout.strip()[-300:]
+            raise ToolTimeoutError(f"the code ran longer than {budget:.1f}s and was killed"
+                                   + (f"; its output so far: {partial}" if partial else ""))
+        return ToolResult(output=self._render(result), data=self._data(code, result), truncated=result.truncated,
+                          llm_calls=llm_calls)
+
+    async def _write_code(self, task: str, ctx: ToolContext, llm_calls: list[dict[str, Any]]) -> str:
+        if ctx.llm is None:
+            raise ConfigError("python tool: 'task' needs an LLM to write the code, and none is bound; "
+                              "give 'code' instead")
+        messages: list[Message] = [{"role": "system", "content": CODE_WRITER_SYSTEM},
+                                   {"role": "user", "content": f"Task: {task}"}]
+        completion = await ctx.llm(messages)
+        llm_calls.append({"role": "tools", "messages": messages, "completion": completion.model_dump()})
+        code = extract_code(completion.text)
+        if not code:
+            raise ToolError("the LLM wrote no code for the task")
+        return code
+
+    def _render(self, result: SandboxResult) -> str:
+        stdout = result.stdout.rstrip()
+        if result.ok:
+            return stdout or "(the code printed nothing; print() the result)"
+        if result.memory_error:
+            problem = f"the code ran out of memory (limit {self.settings.memory_mb} MB)"
+        elif result.cpu_limit:
+            problem = "the code used up its CPU-time limit and was killed"
+        elif result.signal:
+            problem = f"the code was killed by {result.signal}"
+        else:
+            problem = f"the code failed (exit code {result.exit_code})"
+        parts = [stdout] if stdout else []
+        parts.append(f"Error: {problem}.")
+        if result.stderr.strip():
+            parts.append(result.stderr.rstrip())
+        return "\n".join(parts)
+
+    @staticmethod
+    def _data(code: str, result: SandboxResult) -> dict[str, Any]:
+        return {"code": code, **result.model_dump(), "ok": result.ok}

@@ -1,0 +1,126 @@
+"""The `python` tool: input rules, code and task modes, failures and timeouts as the planner sees them."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentflow.engines.base import Completion, Message, SamplingParams
+from agentflow.engines.scripted import ScriptedEngine
+from agentflow.errors import ConfigError, ToolError, ToolInputError, ToolTimeoutError
+from agentflow.tools.base import LLMCall, ToolContext, ToolResult, create_tool
+from agentflow.tools.python_tool import CODE_WRITER_SYSTEM, PythonTool, extract_code
+
+
+def _llm(engine: ScriptedEngine) -> LLMCall:
+    async def call(messages: list[Message]) -> Completion:
+        return await engine.generate(messages, SamplingParams())
+
+    return call
+
+
+async def _run(arguments: dict, ctx: ToolContext | None = None, **settings: object) -> ToolResult:
+    tool = create_tool("python", settings)
+    return await tool.run(tool.parse_input(arguments), ctx or ToolContext())
+
+
+async def test_code_mode_prints_42() -> None:
+    result = await _run({"code": "print(6*7)"})
+    assert result.output == "42"
+    assert result.data["exit_code"] == 0 and result.data["ok"] is True
+    assert result.data["code"] == "print(6*7)"
+    assert result.llm_calls == []
+
+
+@pytest.mark.parametrize("arguments", [{}, {"code": "print(1)", "task": "add"}, {"code": "  "}, {"cmd": "x"}])
+def test_input_needs_exactly_one_of_code_or_task(arguments: dict) -> None:
+    with pytest.raises(ToolInputError):
+        create_tool("python").parse_input(arguments)
+
+
+async def test_exception_shows_the_traceback() -> None:
+    result = await _run({"code": "print('partial')\n{}['missing']"})
+    assert result.output.startswith("partial\nError: the code failed (exit code 1).")
+    assert "KeyError: 'missing'" in result.output
+    assert result.data["ok"] is False
+
+
+async def test_syntax_error_is_output_not_exception() -> None:
+    result = await _run({"code": "print(("})
+    assert "SyntaxError" in result.output
+
+
+async def test_memory_error_is_named() -> None:
+    result = await _run({"code": "x = bytearray(4 * 1024 ** 3)"}, memory_mb=128)
+    assert "ran out of memory (limit 128 MB)" in result.output
+
+
+async def test_no_output_hint() -> None:
+    result = await _run({"code": "x = 6 * 7"})
+    assert "printed nothing" in result.output
+
+
+async def test_wall_clock_timeout_raises_tool_timeout() -> None:
+    with pytest.raises(ToolTimeoutError, match="longer than 1.0s"):
+        await _run({"code": "print('started', flush=True)\nwhile True:\n    pass"}, timeout_s=1.0)
+
+
+async def test_context_budget_caps_the_timeout() -> None:
+    with pytest.raises(ToolTimeoutError):
+        await _run({"code": "import time\ntime.sleep(30)"}, ToolContext(timeout_s=0.8), timeout_s=60.0)
+
+
+async def test_output_is_truncated_with_a_marker() -> None:
+    result = await _run({"code": "print('y' * 50_000)"}, max_output_chars=1000)
+    assert result.truncated
+    assert "[truncated" in result.output and len(result.output) < 1200
+
+
+async def test_task_mode_asks_the_llm_and_runs_its_fenced_code() -> None:
+    engine = ScriptedEngine(["Here you go:\n```python\nprint(sum(range(1, 101)))\n```\nDone."])
+    result = await _run({"task": "add the numbers from 1 to 100"}, ToolContext(llm=_llm(engine)))
+    assert result.output == "5050"
+    assert result.data["code"] == "print(sum(range(1, 101)))"
+    messages = engine.calls[0][0]
+    assert messages[0]["content"] == CODE_WRITER_SYSTEM
+    assert "add the numbers from 1 to 100" in messages[1]["content"]
+    assert result.llm_calls[0]["messages"] == messages
+    assert result.llm_calls[0]["completion"]["text"].startswith("Here you go")
+
+
+async def test_task_mode_without_llm_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="needs an LLM"):
+        await _run({"task": "compute something"})
+
+
+async def test_task_mode_empty_reply_is_a_tool_error() -> None:
+    engine = ScriptedEngine(["```python\n```"])
+    with pytest.raises(ToolError, match="no code"):
+        await _run({"task": "x"}, ToolContext(llm=_llm(engine)))
+
+
+@pytest.mark.parametrize(("reply", "code"), [
+    ("```python\nprint(1)\n```", "print(1)"),
+    ("```py\nprint(2)\n```", "print(2)"),
+    ("text\n```\nprint(3)\n```\nmore ```python\nprint(4)\n```", "print(3)"),
+    ("```python\nprint(5)\n", "print(5)"),
+    ("print(6)", "print(6)"),
+])
+def test_extract_code(reply: str, code: str) -> None:
+    assert extract_code(reply) == code
+
+
+async def test_cancellation_propagates_and_kills_the_child() -> None:
+    tool = create_tool("python", {"timeout_s": 60})
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(tool.run(tool.parse_input({"code": "while True: pass"}), ToolContext(timeout_s=60)),
+                               timeout=0.5)
+
+
+def test_card_is_short_and_reflects_settings() -> None:
+    tool = create_tool("python", {"timeout_s": 5, "memory_mb": 256})
+    card = tool.card()
+    assert isinstance(tool, PythonTool)
+    assert card["description"].count(". ") <= 1
+    assert "5 s" in card["limitations"] and "256 MB" in card["limitations"]
