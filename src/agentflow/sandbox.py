@@ -29,7 +29,6 @@ import json
 import logging
 import math
 import os
-import pwd
 import shutil
 import signal
 import stat
@@ -282,6 +281,8 @@ def _drop_target(python: str) -> tuple[int, int] | None:
     if not all(_world_accessible(p) for p in roots):
         log.info("sandbox runs as root: the interpreter at %s is not readable by %s", real, _NOBODY)
         return None
+    import pwd  # POSIX only, like the rest of the sandbox; imported here so the module itself imports anywhere
+
     try:
         entry = pwd.getpwnam(_NOBODY)
         return entry.pw_uid, entry.pw_gid
@@ -347,7 +348,8 @@ async def run_python_sandboxed(
         log.warning("sandbox: cannot drop privileges (not root, or %s is not world-readable)", python)
     prefix = await asyncio.to_thread(_netns_prefix, os.geteuid() == 0) if network_namespace else ()
     run_uid = drop[0] if drop else os.getuid()
-    nproc = await asyncio.to_thread(_tasks_of, run_uid) + max_processes
+    # Root ignores RLIMIT_NPROC, so only other users need the scan of their running tasks.
+    nproc = max_processes + (await asyncio.to_thread(_tasks_of, run_uid) if run_uid != 0 else 0)
     workdir = tempfile.mkdtemp(prefix="agentflow-sandbox-")
     isolation = ["audit_hook", "rlimits", "scrubbed_env", "tempdir"]
     if prefix:
