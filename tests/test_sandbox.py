@@ -50,6 +50,12 @@ async def test_syntax_error_is_reported() -> None:
     assert "SyntaxError" in result.stderr
 
 
+async def test_large_code_goes_through_stdin() -> None:
+    code = "x = 1\n" * 200_000 + "print('done', x)"  # 1.2 MB, far above a pipe buffer
+    result = await run_python_sandboxed(code, timeout_s=20.0)
+    assert result.ok and result.stdout == "done 1\n"
+
+
 async def test_sys_exit_code_is_kept() -> None:
     result = await run_python_sandboxed("import sys\nprint('x')\nsys.exit(3)")
     assert result.exit_code == 3 and result.stdout == "x\n"

@@ -303,6 +303,16 @@ def _tasks_of(uid: int) -> int:
     return count
 
 
+async def _feed_and_wait(proc: asyncio.subprocess.Process, code: str) -> int:
+    """Hand the code to the bootstrap on stdin, then wait for the exit; both count against the wall clock."""
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the child may already be gone
+        proc.stdin.write(code.encode("utf-8", "replace"))
+        await proc.stdin.drain()
+        proc.stdin.close()
+    return await proc.wait()
+
+
 def _kill_group(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pid, signal.SIGKILL)
@@ -396,13 +406,8 @@ async def run_python_sandboxed(
             on_start(proc.pid)
         readers = [asyncio.create_task(_drain(proc.stdout, out)), asyncio.create_task(_drain(proc.stderr, err))]
         try:
-            assert proc.stdin is not None
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                proc.stdin.write(code.encode("utf-8", "replace"))
-                await proc.stdin.drain()
-                proc.stdin.close()
             try:
-                await asyncio.wait_for(proc.wait(), timeout=max(0.01, timeout_s - (time.perf_counter() - start)))
+                await asyncio.wait_for(_feed_and_wait(proc, code), timeout=timeout_s)
             except asyncio.TimeoutError:
                 timed_out = True
                 _kill_group(proc.pid)
@@ -422,6 +427,7 @@ async def run_python_sandboxed(
                 await asyncio.wait_for(asyncio.shield(proc.wait()), timeout=5.0)
         shutil.rmtree(workdir, ignore_errors=True)
     seconds = time.perf_counter() - start
+    assert proc is not None
     exit_code = proc.returncode
     stderr = err.text()
     tail = stderr.rstrip().rsplit("\n", 1)[-1]
