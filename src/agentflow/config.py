@@ -57,6 +57,7 @@ class TransformersEngineConfig(_Strict):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="'auto' = bfloat16 on CUDA where supported, float32 on CPU.")
     max_batch_size: int = Field(8, ge=1, description="Concurrent requests batched into one generate call.")
+    n_threads: int | None = Field(None, ge=1, description="torch CPU threads (process-wide); default: torch's own.")
 
 
 EngineConfig = Annotated[
@@ -79,12 +80,13 @@ def _role(max_tokens: int, temperature: float = 0.0) -> Any:
 class RolesConfig(_Strict):
     """The role → engine table."""
 
-    planner: RoleConfig = _role(160)
+    planner: RoleConfig = _role(128)
     executor: RoleConfig = _role(160)
-    verifier: RoleConfig = _role(48)
+    verifier: RoleConfig = _role(64)
     generator: RoleConfig = _role(160)
     tools: RoleConfig = _role(256)
-    """Engine of LLM-backed tools (code writing in `python`, `base_generator`)."""
+    """Engine of LLM-backed tools (code writing in `python`, `base_generator`). The planner's settings also
+    drive its query analysis."""
 
 
 class LimitsConfig(_Strict):

@@ -266,7 +266,7 @@ class Flow:
         turn.executor = await self._call(
             "executor",
             executor_messages(question=traj.question, context=turn.context, sub_goal=turn.sub_goal, tool=tool),
-            stage="executor", json_schema=tool.input_model.model_json_schema())
+            stage="executor", json_schema=tool.executor_schema())
         arguments = parse_arguments(turn.executor.text)
         call = ToolCall(tool=tool_name, arguments=arguments or {})
         turn.tool_call = call

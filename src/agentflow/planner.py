@@ -65,8 +65,8 @@ def planner_schema(tool_names: list[str]) -> dict[str, Any]:
     return {
         "type": "object",
         "properties": {
-            "context": {"type": "string", "maxLength": 240},
-            "sub_goal": {"type": "string", "maxLength": 240},
+            "context": {"type": "string", "maxLength": 150},
+            "sub_goal": {"type": "string", "maxLength": 150},
             "tool_name": {"type": "string", "enum": list(tool_names)},
         },
         "required": ["context", "sub_goal", "tool_name"],

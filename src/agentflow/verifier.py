@@ -17,7 +17,7 @@ VERIFIER_SYSTEM = (
 VERIFIER_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "analysis": {"type": "string", "maxLength": 200},
+        "analysis": {"type": "string", "maxLength": 120},
         "conclusion": {"type": "string", "enum": ["STOP", "CONTINUE"]},
     },
     "required": ["analysis", "conclusion"],

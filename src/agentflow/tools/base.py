@@ -73,6 +73,10 @@ class Tool(abc.ABC):
             "best_practices": self.best_practices,
         }
 
+    def executor_schema(self) -> dict[str, Any]:
+        """JSON schema the executor's reply is constrained to; by default the input schema."""
+        return self.input_model.model_json_schema()
+
     def parse_input(self, arguments: dict[str, Any]) -> BaseModel:
         """Validate arguments against the input schema; raises ToolInputError with the reasons."""
         try:
