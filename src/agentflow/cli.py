@@ -197,7 +197,10 @@ async def _run_tool(config: FlowConfig, name: str, arguments: dict[str, Any], ti
             result = await asyncio.wait_for(tool.run(args, ctx), timeout=timeout)
         except asyncio.TimeoutError:
             raise ToolTimeoutError(f"tool {name!r} exceeded {timeout:.1f}s") from None
-        return {"output": result.output, "data": result.data, "truncated": result.truncated}
+        shown: dict[str, Any] = {"output": result.output, "data": result.data, "truncated": result.truncated}
+        if result.llm_calls:
+            shown["llm_calls"] = result.llm_calls
+        return shown
     finally:
         await tool.aclose()
         if engine is not None:

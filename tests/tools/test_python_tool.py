@@ -124,3 +124,10 @@ def test_card_is_short_and_reflects_settings() -> None:
     assert isinstance(tool, PythonTool)
     assert card["description"].count(". ") <= 1
     assert "5 s" in card["limitations"] and "256 MB" in card["limitations"]
+
+
+def test_executor_writes_code_directly():
+    from agentflow.tools.python_tool import PythonTool
+
+    schema = PythonTool().executor_schema()
+    assert schema["required"] == ["code"] and set(schema["properties"]) == {"code"}

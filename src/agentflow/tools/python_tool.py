@@ -76,6 +76,12 @@ class PythonTool(Tool):
                                                       memory=self.settings.memory_mb)
         return card
 
+    def executor_schema(self) -> dict[str, Any]:
+        # The executor writes the code itself: one model call instead of two; `task` stays for direct use
+        # and for engines without constrained decoding.
+        return {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"],
+                "additionalProperties": False}
+
     async def run(self, args: PythonInput, ctx: ToolContext) -> ToolResult:
         start = time.perf_counter()
         llm_calls: list[dict[str, Any]] = []
