@@ -1,0 +1,71 @@
+"""The `agentflow` command: solve and tool, through typer's runner (fast) and the real model (slow)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from agentflow.cli import app
+
+runner = CliRunner()
+
+
+def test_tool_run_python_runs_code_in_the_sandbox_without_an_llm():
+    result = runner.invoke(app, ["tool", "run", "python", "--input", '{"code": "print(6*7)"}'])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["output"] == "42"
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["tool", "run", "python", "--input", "{not json"], "not valid JSON"),
+    (["tool", "run", "python", "--input", "[1]"], "JSON object"),
+])
+def test_tool_run_bad_input_is_a_clear_error(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and message in result.output
+
+
+def test_tool_run_reports_tool_errors_as_json():
+    result = runner.invoke(app, ["tool", "run", "nonexistent", "--input", "{}"])
+    assert result.exit_code == 1
+    assert json.loads(result.output)["error"]["kind"] == "unknown_tool"
+    result = runner.invoke(app, ["tool", "run", "python", "--input", '{"code": "1", "task": "2"}'])
+    assert json.loads(result.output)["error"]["kind"] == "tool_input"
+
+
+def test_tool_run_unconfigured_web_search_says_what_is_missing():
+    result = runner.invoke(app, ["tool", "run", "web_search", "--input", '{"query": "x"}'])
+    assert result.exit_code == 1 and "backend" in json.loads(result.output)["error"]["message"]
+
+
+def test_tool_list_shows_every_card():
+    result = runner.invoke(app, ["tool", "list", "--json"])
+    names = {card["name"] for card in json.loads(result.output)}
+    assert {"python", "wikipedia_search", "web_search", "base_generator"} <= names
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["solve", "   "], "empty"),
+    (["solve", "q", "--config", "/nonexistent.yaml"], "not found"),
+    (["solve", "q", "--model", "/nonexistent/model.gguf"], "/nonexistent/model.gguf"),
+    (["solve", "q", "--base-url", "http://127.0.0.1:1/v1"], "go together"),
+])
+def test_solve_bad_input_is_a_clear_error(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert message in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_solve_with_the_bundled_model_writes_a_trajectory(tmp_path):
+    out = tmp_path / "run.json"
+    result = runner.invoke(app, ["solve", "What is 4821 * 97?", "--trajectory-out", str(out), "--max-turns", "2"])
+    assert result.exit_code == 0, result.output
+    assert "Turn 1" in result.output and "Answer:" in result.output
+    record = json.loads(out.read_text())
+    assert record["format_version"] == 1 and record["question"] == "What is 4821 * 97?"
+    assert 1 <= len(record["turns"]) <= 2
+    assert record["roles"]["planner"]["model"].startswith("SmolLM2-135M")
+    assert all(turn["tool_valid"] for turn in record["turns"])  # constrained decoding: always a real tool

@@ -1,0 +1,50 @@
+"""The flow end to end on the real bundled model: embedded llama.cpp, and llama.cpp's own HTTP server."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentflow.config import FlowConfig
+from agentflow.flow import Flow
+from tests.servers import start_llamacpp_server
+
+pytestmark = pytest.mark.slow
+
+
+def _config(engine: dict) -> FlowConfig:
+    return FlowConfig.from_dict({"engines": {"default": engine}, "limits": {"max_turns": 2, "max_seconds": 240},
+                                 "tools": {"python": {}, "wikipedia_search": {}}})
+
+
+def _check(trajectory, model_prefix: str) -> None:
+    assert trajectory.infrastructure_failure is None, trajectory.failures
+    assert trajectory.turns and trajectory.stop_reason in ("verifier_stop", "max_turns")
+    for turn in trajectory.turns:
+        assert turn.tool in ("python", "wikipedia_search") and turn.tool_valid
+        assert turn.tool_call is not None and turn.verdict in ("STOP", "CONTINUE")
+    assert trajectory.generator is not None and trajectory.generator.completion.completion_tokens > 0
+    assert trajectory.usage.prompt_tokens > 0
+    assert trajectory.roles["planner"]["model"].startswith(model_prefix)
+
+
+async def test_flow_on_embedded_llamacpp_runs_questions_concurrently():
+    async with Flow.from_config(_config({"kind": "llamacpp", "n_parallel": 2, "n_threads": 1})) as flow:
+        import asyncio
+
+        trajectories = await asyncio.gather(flow.asolve("What is 4821 * 97?"),
+                                            flow.asolve("Who wrote Pride and Prejudice?"))
+    for trajectory in trajectories:
+        _check(trajectory, "SmolLM2-135M")
+
+
+async def test_flow_against_a_real_llamacpp_openai_compatible_server():
+    server = start_llamacpp_server(n_parallel=2, threads=1)
+    try:
+        config = _config({"kind": "openai", "base_url": server.base_url, "model": "smollm2", "api_key_env": None,
+                          "timeout_s": 60, "max_retries": 1})
+        async with Flow.from_config(config) as flow:
+            trajectory = await flow.asolve("What is 4821 * 97?")
+        _check(trajectory, "smollm2")
+        assert trajectory.turns[0].planner.json_schema  # structured output sent over HTTP
+    finally:
+        server.stop()
