@@ -21,6 +21,12 @@ app = typer.Typer(help="AgentFlow: a planner / executor / verifier / generator f
 tool_app = typer.Typer(help="List the tools or run one directly.", no_args_is_help=True)
 app.add_typer(tool_app, name="tool")
 
+
+def _mount_subcommands() -> None:
+    from agentflow.eval.cli import eval_app
+
+    app.add_typer(eval_app, name="eval")
+
 console = Console()
 err_console = Console(stderr=True)
 
@@ -205,6 +211,9 @@ async def _run_tool(config: FlowConfig, name: str, arguments: dict[str, Any], ti
         await tool.aclose()
         if engine is not None:
             await engine.aclose()
+
+
+_mount_subcommands()
 
 
 def main() -> None:
