@@ -14,6 +14,7 @@ Layout (verl is imported lazily, only by the modules that need it):
 
 VERL_REQUIREMENTS = (
     "verl==0.9.1",
+    "hydra-core>=1.3",
     "TransferQueue>=0.1.10",
     "pyzmq>=25",
     "msgspec>=0.18",
@@ -23,4 +24,6 @@ VERL_REQUIREMENTS = (
     "pyarrow>=19",
 )
 """The `[verl]` extra: verl itself plus what its agent loop and v1 trainer import but verl's base install
-lacks (measured on verl 0.9.1). Rollout backends (vLLM, SGLang) are installed per GPU node, see docs/verl.md."""
+lacks (measured on verl 0.9.1). `hydra-core>=1.3` is verl's own need, stated so that pip fails loudly instead of
+backtracking to hydra-core 0.11 when another pin (antlr4 4.13 via math-verify's extra) conflicts with it.
+Rollout backends (vLLM, SGLang) are installed per GPU node, see docs/verl.md."""
