@@ -18,6 +18,7 @@ import torch
 from agentflow.flow import Flow
 from agentflow.scoring import get_scorer
 from agentflow.scoring.base import Score
+from agentflow.train import tasks as _tasks  # noqa: F401  (registers the task's scorer)
 from agentflow.train.data import Question
 from agentflow.trajectory import Failure, Trajectory
 

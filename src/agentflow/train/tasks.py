@@ -2,13 +2,18 @@
 
 Two kinds, mixed half and half:
 - arithmetic: multi-digit products and three-term sums that a 135M model cannot do in its head, but the
-  `python` tool computes exactly (scored with the `math` scorer);
+  `python` tool computes exactly;
 - nationality of people from the offline Wikipedia vital-article summaries: "What nationality was X?",
   generated only where the summary's first sentence says "X was a <Nationality> ..." with a nationality
-  from a fixed list, so the `wikipedia_search` tool's output contains the answer (scored with
-  `exact_match`). "American" is left out: it is a quarter of the corpus, and a model that always guesses it
-  would look as if it used the tool. Each item is kept only when searching the offline index for the
-  person's name returns their article first (checked at generation time with the tool's own index).
+  from a fixed list, so the `wikipedia_search` tool's output contains the answer. "American" is left
+  out: it is a quarter of the corpus, and a model that always guesses it would look as if it used the
+  tool. Each item is kept only when searching the offline index for the person's name returns their
+  article first (checked at generation time with the tool's own index).
+
+Both kinds are scored with `cover_em` (registered here): correct when the gold answer appears in the
+normalised answer as a whole-token span. The bundled 135M generator rarely answers with a bare word
+("Georgy Zhukov was a Soviet military leader"), so exact match would score correct answers 0; and the
+`math` scorer would accept "6873 * 683" restated from the question, which needs no tool at all.
 
 Generation is deterministic (a seeded RNG over the sorted corpus); people are split between train and
 held-out, and arithmetic questions are drawn without repetition, so no question is shared. Regenerate with
@@ -25,6 +30,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from agentflow.scoring.base import Score, binary, register_scorer
+from agentflow.scoring.qa import qa_metrics
+
 TASK_NAME = "tool_use"
 SEED = 20251129
 SPLITS = {"train": (300, 300), "heldout": (60, 60)}
@@ -40,6 +48,16 @@ NATIONALITIES = frozenset("""
     Spanish Swedish Swiss Syrian Thai Tunisian Turkish Ugandan Ukrainian Uruguayan Venezuelan Vietnamese Welsh
 """.split())
 """Nationality adjectives accepted as answers (religions, empires and 'American' are not)."""
+
+COVER_EM = "cover_em"
+
+
+@register_scorer(COVER_EM, description="QA: a gold answer appears in the normalised answer as a whole-token span.")
+def cover_exact_match(prediction: str, gold: Any) -> Score:
+    """Cover exact match (as in Search-R1's evaluation): right when the answer contains a gold answer."""
+    metrics = qa_metrics(prediction, gold)
+    return binary(bool(metrics["gold_in_prediction"]), **metrics)
+
 
 _NATIONALITY = re.compile(r"^[^.]*? (was|is) an? ([A-Z][a-z]+) [a-z]")
 
@@ -63,7 +81,7 @@ def _arithmetic(rng: random.Random, seen: set[str]) -> dict[str, Any]:
             question, answer = f"What is {a} + {b} + {c}?", a + b + c
         if question not in seen:
             seen.add(question)
-            return {"question": question, "answer": str(answer), "reward": "math", "kind": "arithmetic",
+            return {"question": question, "answer": str(answer), "reward": COVER_EM, "kind": "arithmetic",
                     "tool": "python"}
 
 
@@ -86,7 +104,7 @@ def nationality_items(summaries: dict[str, dict[str, Any]],
             continue
         tense = found.group(1)
         items.append({"question": f"What nationality {tense} {title}?", "answer": found.group(2),
-                      "reward": "exact_match", "kind": "nationality", "tool": "wikipedia_search",
+                      "reward": COVER_EM, "kind": "nationality", "tool": "wikipedia_search",
                       "source_title": title})
     return items
 

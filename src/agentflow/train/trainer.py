@@ -102,18 +102,21 @@ class Trainer:
         if overlap:
             log.warning("%d held-out questions also appear in the training set", len(overlap))
 
+        self.ref_model: torch.nn.Module | None = None
         policy = self.extra_engines.get(cfg.policy_engine_name)
         if policy is None:
-            policy = TransformersEngine(cfg.policy)
+            from agentflow.engines.hf import load_policy
+
+            model, tokenizer = load_policy(cfg.policy, trainable=cfg.algorithm != "frozen")
+            if cfg.algorithm != "frozen":
+                model = self._make_trainable(model)
+            policy = TransformersEngine(cfg.policy, model=model, tokenizer=tokenizer)
         if not isinstance(policy, TransformersEngine):
             raise TypeError("the planner's engine must be a TransformersEngine")
         self.policy = policy
-        self.tokenizer = policy.tokenizer
-        self.device = next(policy.model.parameters()).device
-        self.ref_model: torch.nn.Module | None = None
-        if cfg.algorithm != "frozen":
-            self._make_trainable()
         self.model = policy.model
+        self.tokenizer = policy.tokenizer
+        self.device = next(self.model.parameters()).device
 
         engines = {**self.extra_engines, cfg.policy_engine_name: policy}
         self.flow = Flow.from_config(cfg.rollout_flow_config(), engines=engines)
@@ -125,17 +128,13 @@ class Trainer:
         self.sampler = BatchSampler(self.train_items, batch_size=cfg.batch_size, seed=cfg.seed)
         self.metrics = MetricsLogger(self.out_dir, console=self.console)
 
-    def _make_trainable(self) -> None:
+    def _make_trainable(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Wrap the loaded model for training: LoRA adapters, or every weight plus a frozen reference copy."""
         cfg = self.config
-        model = self.policy.model
         if cfg.lora.enabled:
-            from peft import LoraConfig, get_peft_model
+            if not cfg.policy.adapter:  # an adapter loaded by load_policy(trainable=True) trains further
+                from peft import LoraConfig, get_peft_model
 
-            if cfg.policy.adapter:
-                # an adapter loaded by the engine is trained further
-                for name, p in model.named_parameters():
-                    p.requires_grad_("lora_" in name)
-            else:
                 model = get_peft_model(model, LoraConfig(
                     r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
                     target_modules=cfg.lora.targets, task_type="CAUSAL_LM"))
@@ -147,17 +146,19 @@ class Trainer:
             model.gradient_checkpointing_enable()
             if hasattr(model, "enable_input_require_grads"):
                 model.enable_input_require_grads()
-        self.policy.set_model(model)
+        model.eval()
         n_train = sum(p.numel() for p in model.parameters() if p.requires_grad)
         log.info("trainable parameters: %d", n_train)
+        return model
 
     def _resume(self) -> None:
         checkpoints = list_checkpoints(self.out_dir / "checkpoints")
         if not checkpoints:
             log.warning("--resume: no checkpoint in %s; starting from step 0", self.out_dir)
             return
-        state = load_checkpoint(checkpoints[-1], model=self.model, optimizer=self.optimizer,
-                                scheduler=self.scheduler)
+        with self.policy.updating_weights():
+            state = load_checkpoint(checkpoints[-1], model=self.model, optimizer=self.optimizer,
+                                    scheduler=self.scheduler)
         self.step = int(state["step"])
         assert self.sampler is not None
         self.sampler.position = int(state["data_position"])
@@ -234,7 +235,8 @@ class Trainer:
                 sums[key] = sums.get(key, 0.0) + (value if key == "tokens" else value * weight)
         params = [p for p in self.model.parameters() if p.requires_grad]
         grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        self.optimizer.step()
+        with self.policy.updating_weights():
+            self.optimizer.step()
         self.scheduler.step()
         self.model.eval()
         tokens = max(sums.pop("tokens", 0.0), 1.0)
@@ -253,6 +255,7 @@ class Trainer:
         batch = await run_rollouts(self.flow, questions, group_size=cfg.group_size,
                                    concurrency=cfg.rollout_concurrency)
         metrics: dict[str, Any] = {"seconds/rollout": batch.seconds, **batch.metrics()}
+        self._dump_rollouts(batch)
         rows, row_traj = batch.rows()
         generated = sum(len(r.response_ids) for r in rows)
         metrics["rollout_planner_tokens_per_s"] = generated / max(batch.seconds, 1e-9)
@@ -273,6 +276,19 @@ class Trainer:
         metrics.update(self._update(rows, advantages))
         return metrics
 
+    def _dump_rollouts(self, batch: RolloutBatch) -> None:
+        """A compact record of the step's trajectories (DIR/rollouts/step-N.jsonl), to see what was learnt."""
+        path = self.out_dir / "rollouts" / f"step-{self.step:06d}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", encoding="utf-8") as out:
+            for r in batch.rollouts + batch.excluded:
+                out.write(json.dumps({
+                    "id": r.trajectory_id, "question": r.question.question, "gold": r.question.answer,
+                    "planner": [c.text for c in r.trajectory.planner_calls()],
+                    "tools": [t.tool for t in r.trajectory.turns], "answer": r.trajectory.answer,
+                    "reward": r.score.value if r.score else None,
+                    "infrastructure": r.infrastructure.kind if r.infrastructure else None}) + "\n")
+
     # -- SFT baseline ------------------------------------------------------------------------------
 
     def _sft_rows(self, batch: RolloutBatch) -> list[TurnRow]:
@@ -283,9 +299,8 @@ class Trainer:
             if not (rollout.score and rollout.score.correct):
                 continue
             for call in rollout.trajectory.planner_calls():
-                prompt = tok.apply_chat_template(call.messages, add_generation_prompt=True, tokenize=True)
-                if isinstance(prompt, dict) or hasattr(prompt, "input_ids"):
-                    prompt = prompt["input_ids"]
+                text = tok.apply_chat_template(call.messages, tokenize=False, add_generation_prompt=True)
+                prompt = tok(text, add_special_tokens=False)["input_ids"]
                 response = tok(call.text, add_special_tokens=False)["input_ids"]
                 end = tok.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tok.get_vocab() else tok.eos_token_id
                 response = response + [end]
@@ -357,7 +372,7 @@ class Trainer:
         final: dict[str, Any] = {}
         try:
             training = cfg.algorithm != "frozen" and cfg.max_steps > 0
-            if cfg.eval_at_start and self.step == 0 and (cfg.eval_every or not training):
+            if (cfg.eval_at_start or not training) and self.step == 0:
                 final = await self.evaluate("step-0")
                 self.metrics.log(0, final)
             if training:

@@ -1,0 +1,103 @@
+"""`agentflow train`: Flow-GRPO, the SFT and frozen baselines, and `agentflow train plot DIR`.
+
+`train` takes options and also has a `plot` subcommand: the options live on a callback with
+`invoke_without_command=True`, which runs the training only when no subcommand was named.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from agentflow.errors import AgentFlowError
+
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _config_fields_help() -> str:
+    """Every TrainConfig field with its default and description, for `--help`."""
+    from agentflow.train.config import LoraSettings, TrainConfig
+
+    lines = ["Config fields (YAML keys; see src/agentflow/configs/train_*.yaml):", ""]
+    for prefix, model in (("", TrainConfig), ("lora.", LoraSettings)):
+        for name, field in model.model_fields.items():
+            if name in ("lora",) and not prefix:
+                continue
+            default = "" if field.is_required() else f" [default: {field.get_default(call_default_factory=False)}]"
+            if field.default_factory is not None:
+                default = ""
+            lines.append(f"- {prefix}{name}: {field.description or ''}{default}")
+    return "\n\n".join(lines)
+
+
+train_app = typer.Typer(help="Train the planner inside the flow (Flow-GRPO), or run its baselines.",
+                        rich_markup_mode="markdown")
+
+
+@train_app.callback(invoke_without_command=True, epilog=_config_fields_help())
+def train(
+    ctx: typer.Context,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="Training config YAML.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Run directory (default: output_dir).")] = None,
+    max_steps: Annotated[int | None, typer.Option("--max-steps", help="Override max_steps (0: evaluate only).")]
+    = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from the run directory's last checkpoint.")]
+    = False,
+    algorithm: Annotated[str | None, typer.Option("--algorithm", help="grpo | sft | frozen (overrides config).")]
+    = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False,
+) -> None:
+    """Flow-GRPO: roll out G trajectories per question with the current planner, score, update, repeat.
+
+    Writes DIR/metrics.jsonl, TensorBoard events (DIR/tensorboard), checkpoints (DIR/checkpoints), held-out
+    results (DIR/eval) and the trained planner (DIR/final: adapter/, model/, planner.gguf).
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from agentflow.train.config import TrainConfig
+    from agentflow.train.trainer import Trainer
+
+    try:
+        overrides: dict[str, Any] = {"max_steps": max_steps, "algorithm": algorithm}
+        if config is None:
+            cfg = TrainConfig.from_dict({k: v for k, v in overrides.items() if v is not None})
+        else:
+            cfg = TrainConfig.from_yaml(config, **overrides)
+        if out is not None:
+            cfg = cfg.model_copy(update={"output_dir": str(out)})
+        console.print(f"[bold]agentflow train[/bold] algorithm={cfg.algorithm} steps={cfg.max_steps} "
+                      f"B={cfg.batch_size} G={cfg.group_size} -> {cfg.output_dir}")
+        final = Trainer(cfg, console=console).run(resume=resume)
+    except AgentFlowError as err:
+        err_console.print(f"[bold red]error:[/] {err}")
+        raise typer.Exit(2) from None
+    if "eval/accuracy_all" in final:
+        console.print(f"held-out accuracy: {final['eval/accuracy_all']:.3f} "
+                      f"({final.get('eval/questions', 0)} questions)")
+
+
+@train_app.command("plot")
+def plot(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory holding metrics.jsonl.")],
+    out: Annotated[Path | None, typer.Option("--out", help="PNG path (default: DIR/curves.png).")] = None,
+) -> None:
+    """Draw the training curves of a run (reward, accuracy, held-out accuracy, KL, ...) to a PNG."""
+    from agentflow.train.plot import plot_run
+
+    try:
+        path = plot_run(run_dir, out)
+    except FileNotFoundError as err:
+        err_console.print(f"[bold red]error:[/] {err}")
+        raise typer.Exit(2) from None
+    console.print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    train_app()
