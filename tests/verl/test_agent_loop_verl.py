@@ -249,3 +249,36 @@ def test_sessions_run_concurrently_on_one_worker_event_loop(tmp_path: Path, froz
     assert [len(r) for r in results] == [1, 1, 1, 1]
     assert len({r.request_id for r in server.requests}) == 4
     assert len(shim._RUNNERS) == 1  # one runner (flow, tools, engines) per worker process and config
+
+
+async def test_outputs_pass_verls_transfer_queue_postprocessing(tmp_path: Path, frozen_url: str, monkeypatch) -> None:
+    """verl's v1 worker turns each session's outputs into TransferQueue rows `{uid}_{session}_{index}` with
+    tags; run that real code (the store itself is captured) on our outputs."""
+    from verl.trainer.ppo.v1 import agent_loop_tq
+
+    cfg, config, tokenizer, row = build(tmp_path, frozen_url)
+    server = token_server(tokenizer, {"s0": ["a", "rightSTOP"]})
+    outputs = await instantiate(config, tokenizer, server).run({"temperature": 1.0}, **row, uid="u9",
+                                                              session_id=3, global_steps=5)
+    stored: dict[str, Any] = {}
+
+    async def kv_batch_put(*, keys, fields, tags, partition_id):
+        stored.update(keys=keys, fields=fields, tags=tags, partition=partition_id)
+
+    monkeypatch.setattr(agent_loop_tq.tq, "async_kv_batch_put", kv_batch_put)
+    worker = object.__new__(agent_loop_tq.AgentLoopWorkerTQ.__ray_metadata__.modified_class)
+    worker.reward_loop_worker_handles = None
+    worker.distillation_enabled = False
+    worker.processor = None
+    worker.tokenizer = tokenizer
+    await worker._agent_loop_postprocess(outputs, False, **row, uid="u9", session_id=3, global_steps=5)
+
+    assert stored["keys"] == ["u9_3_0", "u9_3_1"] and stored["partition"] == "train"
+    assert [t["status"] for t in stored["tags"]] == ["success", "success"]
+    assert all(t["min_global_steps"] == t["max_global_steps"] == 7 for t in stored["tags"])
+    fields = stored["fields"]
+    for i, output in enumerate(outputs):
+        assert fields["responses"][i].tolist() == output.response_ids
+        assert fields["loss_mask"][i].tolist() == output.response_mask
+        assert fields["rm_scores"][i].tolist()[-1] == 1.0
+        assert fields["input_ids"][i].tolist() == output.prompt_ids + output.response_ids

@@ -86,3 +86,16 @@ def test_full_verl_config_passes_verls_own_validation(tmp_path: Path) -> None:
         assert OmegaConf.to_container(config.agentflow)["group_size"] == cfg.group_size
     text = render_config(EXAMPLE)
     assert "agent_loop_config_path" in text and "use_v1: true" in text
+
+
+def test_cli_print_config_and_convert(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from agentflow.verl.cli import verl_app
+
+    runner = CliRunner()
+    result = runner.invoke(verl_app, ["print-config", "--config", str(EXAMPLE)])
+    assert result.exit_code == 0, result.output
+    assert "default_agent_loop: agentflow" in result.output and "group_size: 8" in result.output
+    result = runner.invoke(verl_app, ["convert", str(tmp_path / "missing"), str(tmp_path / "out")])
+    assert result.exit_code == 2 and "checkpoint not found" in result.output
