@@ -26,6 +26,9 @@ NO_DUAL_CLIP = 1.0e9
 """verl's PPO loss always applies dual-clip with `clip_ratio_c`; ours has none. A ratio cap this large makes
 verl's min() pick the ordinary clipped term, so the loss is ours."""
 
+PLUGIN_MODULE = "agentflow.verl.plugin"
+RUNTIME_ENV = "ray_kwargs.ray_init.runtime_env.env_vars"
+
 AGENT_LOOP_NAME = "agentflow"
 """Name our agent loop is registered under in verl (`rollout.agent.default_agent_loop`)."""
 
@@ -77,7 +80,8 @@ FIELD_ROUTES: dict[str, str] = {
     "eval_temperature": "actor_rollout_ref.rollout.val_kwargs.temperature / do_sample",
     "save_every": "trainer.save_freq",
     "keep_checkpoints": "trainer.max_actor_ckpt_to_keep",
-    "output_dir": "trainer.default_local_dir (= DIR/checkpoints), validation_data_dir, rollout_data_dir",
+    "output_dir": "trainer.default_local_dir (= DIR/checkpoints), validation_data_dir, rollout_data_dir, "
+                  "TENSORBOARD_DIR; our data/ and trajectories/",
     "export_gguf": "refused when true: convert the checkpoint (agentflow.verl.convert) and export from there",
     "torch_threads": "refused when set (a CPU setting)",
     "teacher": "refused when set (sft is a single-machine baseline)",
@@ -336,6 +340,9 @@ def verl_overrides(cfg: VerlTrainConfig, *, train_files: str, val_files: str) ->
         "trainer.project_name": cfg.verl.project_name,
         "trainer.experiment_name": cfg.verl.experiment_name,
         "trainer.logger": list(cfg.verl.loggers),
+        # every Ray worker imports our plugin (agent loop, estimator) with verl; TensorBoard under the run dir
+        f"{RUNTIME_ENV}.VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE,
+        f"{RUNTIME_ENV}.TENSORBOARD_DIR": str(out_dir / "tensorboard"),
     }
     return o
 

@@ -108,7 +108,7 @@ class RolloutServerEngine(Engine):
             raise EngineServerError(f"rollout server failed: {type(err).__name__}: {err}") from err
         token_ids = list(output.token_ids or [])
         logprobs = output.log_probs
-        if output.stop_reason == "aborted":
+        if output.stop_reason in ("aborted", "abort"):  # vLLM's and SGLang's words
             raise EngineServerError("rollout server aborted the request")
         if logprobs is None:
             raise EngineResponseError("rollout server returned no log-probs (rollout.calculate_log_probs must "

@@ -20,12 +20,9 @@ import yaml
 
 from agentflow.errors import ConfigError
 from agentflow.train.data import BatchSampler, default_paths, load_questions
-from agentflow.verl.config import VerlTrainConfig, agentflow_section, verl_overrides
+from agentflow.verl.config import PLUGIN_MODULE, VerlTrainConfig, agentflow_section, verl_overrides
 
 log = logging.getLogger(__name__)
-
-PLUGIN_MODULE = "agentflow.verl.plugin"
-RUNTIME_ENV_KEY = "ray_kwargs.ray_init.runtime_env.env_vars"
 
 
 def load_config(path: str | Path | None, **overrides: Any) -> VerlTrainConfig:
@@ -75,8 +72,6 @@ def build_verl_config(cfg: VerlTrainConfig, *, train_file: Path, eval_file: Path
     with open_dict(config):
         for key, value in verl_overrides(cfg, train_files=str(train_file), val_files=str(eval_file)).items():
             OmegaConf.update(config, key, value, merge=False, force_add=True)
-        OmegaConf.update(config, f"{RUNTIME_ENV_KEY}.VERL_USE_EXTERNAL_MODULES", PLUGIN_MODULE, merge=False,
-                         force_add=True)
         config.agentflow = agentflow_section(cfg)
     return config
 
