@@ -61,6 +61,19 @@ def test_example_config_maps_the_papers_setting() -> None:
     assert o["actor_rollout_ref.rollout.agent.default_agent_loop"] == AGENT_LOOP_NAME
     assert o["algorithm.adv_estimator"] == "grpo" and o["algorithm.norm_adv_by_std_in_grpo"] is True
     assert o["trainer.default_local_dir"].endswith("runs/verl-qwen7b/checkpoints")
+    assert o["trainer.resume_mode"] == "disable"
+    assert verl_overrides(cfg, train_files="t", val_files="v", resume=True)["trainer.resume_mode"] == "auto"
+
+
+def test_config_section_for_workers_round_trips_with_an_absolute_run_dir(tmp_path: Path, monkeypatch) -> None:
+    from agentflow.verl.config import agentflow_section
+
+    monkeypatch.chdir(tmp_path)
+    cfg = verl_config(tmp_path, output_dir="runs/x")
+    section = agentflow_section(cfg)
+    assert section["output_dir"] == str(tmp_path / "runs" / "x")
+    again = VerlTrainConfig.model_validate(section)
+    assert again.model_dump(exclude={"output_dir"}) == cfg.model_dump(exclude={"output_dir"})
 
 
 def test_agent_loop_registration_file_names_our_class() -> None:

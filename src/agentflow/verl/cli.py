@@ -19,7 +19,7 @@ err_console = Console(stderr=True)
 
 
 def train_on_verl(config: Path | None, *, print_config: bool = False, out: Path | None = None,
-                  max_steps: int | None = None, algorithm: str | None = None,
+                  max_steps: int | None = None, algorithm: str | None = None, resume: bool = False,
                   console: Console | None = None) -> None:
     """Print the verl configuration a run would use, or launch it. The options are the train command's."""
     from agentflow.verl import launch as verl_launch
@@ -27,9 +27,9 @@ def train_on_verl(config: Path | None, *, print_config: bool = False, out: Path 
     overrides: dict[str, Any] = {"max_steps": max_steps, "algorithm": algorithm,
                                  "output_dir": str(out) if out is not None else None}
     if print_config:
-        verl_launch.print_config(config, console=console, **overrides)
+        verl_launch.print_config(config, console=console, resume=resume, **overrides)
     else:
-        verl_launch.launch(config, **overrides)
+        verl_launch.launch(config, resume=resume, **overrides)
 
 
 verl_app = typer.Typer(help="Flow-GRPO on verl: print the mapped configuration, convert checkpoints.",

@@ -239,8 +239,11 @@ def max_turns(cfg: VerlTrainConfig) -> int:
     return cfg.rollout_flow_config().limits.max_turns
 
 
-def verl_overrides(cfg: VerlTrainConfig, *, train_files: str, val_files: str) -> dict[str, Any]:
-    """Dotted verl keys -> values, for every setting we map. Applied on top of verl's `ppo_trainer` config."""
+def verl_overrides(cfg: VerlTrainConfig, *, train_files: str, val_files: str, resume: bool = False) -> dict[str, Any]:
+    """Dotted verl keys -> values, for every setting we map. Applied on top of verl's `ppo_trainer` config.
+
+    `resume` is the train command's `--resume`: continue from the newest checkpoint in the run directory
+    (verl's resume_mode 'auto'), else start fresh ('disable'), as the single-machine trainer does."""
     flow = cfg.rollout_flow_config()
     planner = flow.roles.planner.sampling
     policy = cfg.policy
@@ -334,7 +337,7 @@ def verl_overrides(cfg: VerlTrainConfig, *, train_files: str, val_files: str) ->
         "trainer.default_local_dir": str(out_dir / "checkpoints"),
         "trainer.validation_data_dir": str(out_dir / "validation"),
         "trainer.rollout_data_dir": str(out_dir / "rollouts"),
-        "trainer.resume_mode": "auto",
+        "trainer.resume_mode": "auto" if resume else "disable",
         "trainer.nnodes": cfg.verl.nnodes,
         "trainer.n_gpus_per_node": cfg.verl.n_gpus_per_node,
         "trainer.project_name": cfg.verl.project_name,
@@ -356,8 +359,11 @@ def agent_loop_config_path() -> Path:
 
 def agentflow_section(cfg: VerlTrainConfig) -> dict[str, Any]:
     """Our config as plain data, carried inside verl's config (key `agentflow`) to every agent-loop worker,
-    so no worker needs to read a file from the launching machine."""
-    return cfg.model_dump(mode="json")
+    so no worker needs to read a file from the launching machine. `output_dir` is made absolute: workers on
+    other nodes start in other directories."""
+    section = cfg.model_dump(mode="json")
+    section["output_dir"] = str(Path(cfg.output_dir).absolute())
+    return section
 
 
 def workers_concurrency(cfg: VerlTrainConfig) -> int:

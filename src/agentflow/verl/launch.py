@@ -58,7 +58,7 @@ def _verl_config_dir() -> Path:
     return Path(verl.__file__).parent / "trainer" / "config"
 
 
-def build_verl_config(cfg: VerlTrainConfig, *, train_file: Path, eval_file: Path) -> Any:
+def build_verl_config(cfg: VerlTrainConfig, *, train_file: Path, eval_file: Path, resume: bool = False) -> Any:
     """verl's full configuration (an OmegaConf DictConfig) for our config. Needs verl installed."""
     config_dir = _verl_config_dir()
     from hydra import compose, initialize_config_dir
@@ -70,23 +70,24 @@ def build_verl_config(cfg: VerlTrainConfig, *, train_file: Path, eval_file: Path
     except Exception as err:  # Hydra's override grammar and unknown keys
         raise ConfigError(f"verl.overrides: {err}") from None
     with open_dict(config):
-        for key, value in verl_overrides(cfg, train_files=str(train_file), val_files=str(eval_file)).items():
+        mapped = verl_overrides(cfg, train_files=str(train_file), val_files=str(eval_file), resume=resume)
+        for key, value in mapped.items():
             OmegaConf.update(config, key, value, merge=False, force_add=True)
         config.agentflow = agentflow_section(cfg)
     return config
 
 
-def render_config(path: str | Path | None, **overrides: Any) -> str:
+def render_config(path: str | Path | None, *, resume: bool = False, **overrides: Any) -> str:
     """The configuration a run would use, as YAML: verl's full config when verl is installed, otherwise
     the settings we map (verl's own defaults fill in the rest at launch)."""
     cfg = load_config(path, **overrides)
     train_file, eval_file = data_files(cfg)
     try:
-        config = build_verl_config(cfg, train_file=train_file, eval_file=eval_file)
+        config = build_verl_config(cfg, train_file=train_file, eval_file=eval_file, resume=resume)
     except ConfigError as err:
         if "needs verl" not in str(err):
             raise
-        mapped = verl_overrides(cfg, train_files=str(train_file), val_files=str(eval_file))
+        mapped = verl_overrides(cfg, train_files=str(train_file), val_files=str(eval_file), resume=resume)
         return ("# verl is not installed: these are the settings agentflow maps onto verl's ppo_trainer config;\n"
                 "# install the extra (pip install '.[verl]') to print verl's full configuration.\n"
                 + yaml.safe_dump(_nest(mapped), sort_keys=False)
@@ -96,9 +97,9 @@ def render_config(path: str | Path | None, **overrides: Any) -> str:
     return OmegaConf.to_yaml(config)
 
 
-def print_config(path: str | Path | None, *, console: Any = None, **overrides: Any) -> str:
+def print_config(path: str | Path | None, *, console: Any = None, resume: bool = False, **overrides: Any) -> str:
     """Print `render_config(path)` (with rich when a console is given) and return the text."""
-    text = render_config(path, **overrides)
+    text = render_config(path, resume=resume, **overrides)
     if console is not None:
         from rich.syntax import Syntax
 
@@ -110,14 +111,15 @@ def print_config(path: str | Path | None, *, console: Any = None, **overrides: A
     return text
 
 
-def launch(path: str | Path | None, **overrides: Any) -> None:
+def launch(path: str | Path | None, *, resume: bool = False, **overrides: Any) -> None:
     """Write the data files and run verl's PPO trainer (v1) with our agent loop; blocks until it ends.
 
     Connects to a running Ray cluster when RAY_ADDRESS is set (multi-node), else starts a local one.
+    `resume` continues from the newest checkpoint under the run directory.
     """
     cfg = load_config(path, **overrides)
     train_file, eval_file = prepare_data(cfg)
-    config = build_verl_config(cfg, train_file=train_file, eval_file=eval_file)
+    config = build_verl_config(cfg, train_file=train_file, eval_file=eval_file, resume=resume)
     out = Path(cfg.output_dir).absolute()
     out.mkdir(parents=True, exist_ok=True)
     from omegaconf import OmegaConf
