@@ -27,7 +27,7 @@ class LlamaCppEngineConfig(_Strict):
     model_path: str | None = Field(None, description="GGUF file; default: the bundled SmolLM2-135M-Instruct.")
     n_ctx: int = Field(8192, ge=256, description="Context size shared by all parallel slots.")
     n_parallel: int = Field(4, ge=1, description="Concurrent sequences (slots) decoded together.")
-    n_threads: int | None = Field(None, ge=1, description="CPU threads; default: all cores, at most 4.")
+    n_threads: int | None = Field(None, ge=1, description="CPU threads; default: half the cores, 1 to 4.")
     n_gpu_layers: int = Field(0, ge=0, description="Layers offloaded to a GPU, when built with one.")
 
 

@@ -237,3 +237,33 @@ def test_bundled_gguf_loads_cached_and_answers() -> None:
 
     asyncio.run(scenario())
     assert engine.load_seconds is not None and engine.load_seconds < 10
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize(("dtype", "tolerance"), [("auto", 0.1), ("float32", 1e-3)])
+def test_cuda_loads_batches_and_matches_recomputed_logprobs(tmp_path: Path, dtype: str, tolerance: float) -> None:
+    tokenizer = tiny_tokenizer()
+    tiny_model(tokenizer).save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    engine = TransformersEngine(TransformersEngineConfig(model=str(tmp_path), dtype=dtype))  # device auto
+    expected_dtype = torch.bfloat16 if dtype == "auto" and torch.cuda.is_bf16_supported() else torch.float32
+    assert engine.device.type == "cuda" and engine.dtype == expected_dtype
+    sampling = SamplingParams(temperature=0.8, max_tokens=16, seed=0)
+
+    async def scenario() -> list:
+        replies = await asyncio.gather(*(engine.generate(ask(w), sampling) for w in WORDS[:6]))
+        await engine.aclose()
+        return replies
+
+    completions = asyncio.run(scenario())
+    assert engine.batch_sizes == [6]
+    assert next(engine.model.parameters()).dtype == expected_dtype
+    for completion in completions:
+        ids = torch.tensor([(completion.prompt_token_ids or []) + (completion.token_ids or [])], device="cuda")
+        with torch.no_grad():
+            logits = engine.model(input_ids=ids).logits[0, len(completion.prompt_token_ids or []) - 1: -1].float()
+        expected = torch.log_softmax(logits / 0.8, -1).gather(
+            1, torch.tensor(completion.token_ids, device="cuda")[:, None]).squeeze(1).cpu()
+        difference = (torch.tensor(completion.logprobs) - expected).abs()
+        assert difference.mean() < tolerance, f"{dtype}: mean |Δ log-prob| {difference.mean():.4f}"

@@ -51,15 +51,18 @@ _QUIET, _INFO = 0, 3
 
 
 def default_threads() -> int:
-    """CPU threads for llama.cpp: the cores this process may use, at most 4.
+    """CPU threads for llama.cpp: half the cores this process may use, at least 1 and at most 4.
 
-    More than 4 threads gains little for small models; see docs/engines.md for the contention numbers.
+    Half, because llama.cpp's OpenMP threads spin at every barrier: when another process (torch, a tool's
+    subprocess, a second engine) takes a core they wait whole time slices for each other, and decoding
+    collapses (measured on 2 cores under load: 2 threads 1.3 tokens/s, 1 thread 40 tokens/s; docs/engines.md).
+    More than 4 threads gains little for small models.
     """
     try:
         available = len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         available = os.cpu_count() or 1
-    return max(1, min(4, available))
+    return max(1, min(4, available // 2))
 
 
 def resolve_model_path(model_path: str | None) -> Path:
