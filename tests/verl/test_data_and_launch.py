@@ -99,3 +99,28 @@ def test_cli_print_config_and_convert(tmp_path: Path) -> None:
     assert "default_agent_loop: agentflow" in result.output and "group_size: 8" in result.output
     result = runner.invoke(verl_app, ["convert", str(tmp_path / "missing"), str(tmp_path / "out")])
     assert result.exit_code == 2 and "checkpoint not found" in result.output
+
+
+@pytest.mark.skipif(not HAS_VERL, reason="verl is not installed (pip install '.[verl]')")
+def test_launch_writes_data_and_config_then_calls_verls_runner(tmp_path: Path, monkeypatch) -> None:
+    import verl.trainer.main_ppo as main_ppo
+    from omegaconf import OmegaConf
+
+    from agentflow.verl.launch import launch
+
+    calls = []
+    monkeypatch.setattr(main_ppo, "run_ppo",
+                        lambda config, task_runner_class: calls.append((config, task_runner_class)))
+    cfg = verl_config(tmp_path, lora={"enabled": False}, batch_size=4)
+    path = tmp_path / "train_verl.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(mode="json")))
+    launch(path, resume=True, max_steps=3)
+
+    (config, runner_class), = calls
+    assert runner_class is main_ppo.TaskRunnerV1
+    run = Path(cfg.output_dir)
+    assert (run / "data" / "train.parquet").is_file() and (run / "data" / "heldout.parquet").is_file()
+    written = OmegaConf.load(run / "verl_config.yaml")
+    assert written.trainer.total_training_steps == 3 and written.trainer.resume_mode == "auto"
+    assert config.data.train_files == str(run / "data" / "train.parquet")
+    assert config.agentflow.max_steps == 3
