@@ -24,8 +24,10 @@ app.add_typer(tool_app, name="tool")
 
 def _mount_subcommands() -> None:
     from agentflow.eval.cli import eval_app
+    from agentflow.train.cli import train_app
 
     app.add_typer(eval_app, name="eval")
+    app.add_typer(train_app, name="train")
 
 console = Console()
 err_console = Console(stderr=True)
