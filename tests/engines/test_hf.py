@@ -227,7 +227,7 @@ def test_bundled_gguf_loads_cached_and_answers() -> None:
     started = time.perf_counter()
     assert gguf_checkpoint(bundled_model_path()) == checkpoint
     assert time.perf_counter() - started < 1.0
-    engine = TransformersEngine(TransformersEngineConfig(device="cpu", n_threads=2))
+    engine = TransformersEngine(TransformersEngineConfig(device="cpu", n_threads=1))
 
     async def scenario() -> None:
         completion = await engine.generate(ask("What is the capital of France?"), SamplingParams(max_tokens=16))

@@ -127,3 +127,10 @@ def test_bundled_model_answers_constrained_and_concurrently(engine: LlamaCppEngi
 
     asyncio.run(scenario())
     asyncio.run(engine.aclose())
+
+
+def test_server_entry_point_reports_a_missing_model(tmp_path: Path) -> None:
+    from tests.servers import start_llamacpp_server
+
+    with pytest.raises(RuntimeError, match="not found"):
+        start_llamacpp_server(model=str(tmp_path / "absent.gguf"), timeout_s=30)

@@ -123,6 +123,7 @@ def gguf_checkpoint(gguf_path: Path, *, root: Path | None = None) -> Path:
         try:
             model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
+            staging.chmod(0o755)  # mkdtemp makes it private; the cache is as readable as any checkpoint
             try:
                 staging.rename(target)
             except OSError:  # another process finished first; its copy is as good as ours
