@@ -92,6 +92,24 @@ def test_full_weights_saved_by_verl_are_copied_and_load(tmp_path: Path) -> None:
     assert torch.allclose(logits(tmp_path / "planner"), expected)
 
 
+async def test_converted_planner_runs_in_agentflows_transformers_engine(tmp_path: Path) -> None:
+    """What `agentflow solve` / `eval` do with it: the transformers engine loads the directory and generates."""
+    from agentflow.engines import build_engine
+    from agentflow.engines.base import SamplingParams
+
+    actor = actor_dir(tmp_path / "run", 1)
+    tiny_model().save_pretrained(actor / "huggingface")
+    tiny_hf_tokenizer().save_pretrained(actor / "huggingface")
+    converted = convert_checkpoint(tmp_path / "run", tmp_path / "planner")
+    engine = build_engine(converted.engine_config())
+    try:
+        completion = await engine.generate([{"role": "user", "content": "hi"}],
+                                           SamplingParams(temperature=0.0, max_tokens=3))
+    finally:
+        await engine.aclose()
+    assert completion.token_ids and len(completion.token_ids) == len(completion.logprobs) <= 3
+
+
 def test_shards_without_verl_name_the_merger_command(tmp_path: Path) -> None:
     if HAS_VERL:
         pytest.skip("verl is installed: shards are merged (tested below)")
