@@ -40,7 +40,8 @@ def wiki_summaries_path() -> Path:
     root = _package_dir(WIKI_PACKAGE)
     path = root / WIKI_SUMMARIES if root else None
     if path is None or not path.is_file():
-        raise ModelNotFoundError(f"the offline Wikipedia summaries are not installed; install them with: {_INSTALL_HINT}")
+        raise ModelNotFoundError(
+            f"the offline Wikipedia summaries are not installed; install them with: {_INSTALL_HINT}")
     return path
 
 

@@ -63,7 +63,7 @@ class Engine(abc.ABC):
     ) -> Completion:
         """Generate one reply. Raises a subclass of EngineError on failure."""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, most engines hold nothing
         """Release resources (HTTP clients, model memory)."""
 
     def describe(self) -> dict[str, Any]:

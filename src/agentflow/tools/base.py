@@ -85,14 +85,14 @@ class Tool(abc.ABC):
             reasons = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'input'}: {e['msg']}" for e in err.errors())
             raise ToolInputError(f"invalid input for tool {self.name!r}: {reasons}") from None
 
-    async def check(self) -> None:
+    async def check(self) -> None:  # noqa: B027 - optional hook
         """Fail early, with a ConfigError, when the tool cannot work as configured."""
 
     @abc.abstractmethod
     async def run(self, args: Any, ctx: ToolContext) -> ToolResult:
         """Run the tool on validated arguments. Raise ToolError (or a subclass) on failure."""
 
-    async def aclose(self) -> None:
+    async def aclose(self) -> None:  # noqa: B027 - optional hook
         """Release resources."""
 
 
