@@ -16,7 +16,8 @@ from agentflow.trajectory import Failure, ToolCall, Trajectory, Turn, Usage
 
 class FakeAgent:
     """Answers with `answer(question)`; questions containing 'ENGINE_DOWN' fail like an unreachable engine,
-    'CRASH' raises out of asolve. Records the questions asked and the peak number solved at once."""
+    'CRASH' raises out of asolve, 'TIMEOUT' ends like a question whose time budget ran out.
+    Records the questions asked and the peak number solved at once."""
 
     def __init__(self, answer: Callable[[str], str] = lambda q: "<answer>x</answer>", *, delay_s: float = 0.0,
                  fail_marker: str = "ENGINE_DOWN") -> None:
@@ -46,6 +47,10 @@ class FakeAgent:
                 return traj
             traj.raw_answer = self.answer(question)
             traj.answer = traj.raw_answer
+            if "TIMEOUT" in question:   # the flow's own budget ran out; the generator still answered
+                traj.stop_reason = "timeout"
+                traj.failures.append(Failure(stage="flow", kind="question_timeout",
+                                             message="turn loop cut off after 225.0s"))
             return traj
         finally:
             self.active -= 1
