@@ -64,6 +64,8 @@ def test_results_summary_config_and_trajectories(tmp_path: Path) -> None:
     assert summary["accuracy"] == pytest.approx(0.5) and summary["accuracy_all"] == pytest.approx(0.5)
     assert summary["this_run"]["items"] == 6 and summary["this_run"]["items_per_minute"] > 0
     assert report.summaries["capitals"].correct == 3 and report.ran == 6
+    assert report.this_run.items == 6
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["this_run"]["items"] == 6
 
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["fingerprint"] == report.fingerprint

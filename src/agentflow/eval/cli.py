@@ -89,6 +89,9 @@ def run(
         err_console.print("[yellow]interrupted[/]: finished items are saved; run the same command to continue.")
         raise typer.Exit(130) from None
     render_summaries(console, report.summaries)
+    if report.this_run.items:
+        console.print(f"ran {report.this_run.items} items in {report.this_run.wall_seconds:.1f}s: "
+                      f"{report.this_run.items_per_minute:.2f} items/min at concurrency {concurrency}")
     console.print(f"results: {report.out}/results.jsonl  summary: {report.out}/summary.json", highlight=False)
 
 

@@ -80,6 +80,7 @@ class EvalReport(BaseModel):
     fingerprint: str
     summaries: dict[str, BenchSummary]
     ran: int = Field(0, description="Items solved by this invocation.")
+    this_run: RunStats = Field(default_factory=RunStats, description="Speed over all benchmarks of this run.")
 
 
 def safe_name(item_id: str) -> str:
@@ -176,9 +177,18 @@ class _Live:
     def stats(self, bench: str) -> RunStats:
         if bench not in self.first_start or bench not in self.last_end:
             return RunStats()
-        wall = max(self.last_end[bench] - self.first_start[bench], 1e-9)
-        n = self.finished[bench]
-        return RunStats(items=n, wall_seconds=round(wall, 3), items_per_minute=round(n / wall * 60, 3))
+        return self._stats(self.finished[bench], self.last_end[bench] - self.first_start[bench])
+
+    def overall(self) -> RunStats:
+        if not self.last_end:
+            return RunStats()
+        return self._stats(sum(self.finished.values()),
+                           max(self.last_end.values()) - min(self.first_start.values()))
+
+    @staticmethod
+    def _stats(items: int, wall: float) -> RunStats:
+        wall = max(wall, 1e-9)
+        return RunStats(items=items, wall_seconds=round(wall, 3), items_per_minute=round(items / wall * 60, 3))
 
 
 def _progress_text(results: list[ItemResult]) -> str:
@@ -333,7 +343,10 @@ class EvalRun:
                 raise
             finally:
                 summaries = self._write_summary(self.log.read(), interrupted=interrupted)
-        return EvalReport(out=self.out, fingerprint=self.fingerprint, summaries=summaries, ran=ran)
+                if self.judge is not None:
+                    await self.judge.aclose()
+        return EvalReport(out=self.out, fingerprint=self.fingerprint, summaries=summaries, ran=ran,
+                          this_run=self.live.overall())
 
     async def _run_items(self, todo: list[tuple[BenchmarkItem, str]], done: dict[str, ItemResult]) -> int:
         solver = await self._build_solver()
@@ -370,8 +383,6 @@ class EvalRun:
         finally:
             if self._owned_solver is not None and hasattr(self._owned_solver, "aclose"):
                 await self._owned_solver.aclose()
-            if self.judge is not None:
-                await self.judge.aclose()
         return ran
 
     # -- summary -----------------------------------------------------------------------------------
@@ -397,6 +408,8 @@ class EvalRun:
             summary = summaries.setdefault(name, BenchSummary(bench=name, scorer=bench.scorer))
             summary.pending = len(selected - set(results))
         write_json(path, {"fingerprint": self.fingerprint, "out": str(self.out), "interrupted": interrupted,
+                          "concurrency": self.settings.concurrency,
+                          "this_run": self.live.overall().model_dump(),
                           "written_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                           "benchmarks": {k: v.model_dump(mode="json") for k, v in summaries.items()}})
         return {name: summaries[name] for name in current}
