@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
-from agentflow.train.rollout import TurnRow
+if TYPE_CHECKING:  # keeps this module free of the flow's imports (benchmarks load it alone)
+    from agentflow.train.rollout import TurnRow
 
 
 @dataclass

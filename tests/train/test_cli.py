@@ -1,0 +1,51 @@
+"""`agentflow train --help` documents the config; `agentflow train plot DIR` writes a PNG."""
+
+import json
+
+import typer
+from typer.testing import CliRunner
+
+from agentflow.train.cli import train_app
+
+app = typer.Typer()
+app.add_typer(train_app, name="train")
+
+
+@app.command()
+def other() -> None:  # a second command, so that `train` is a subcommand as in the real CLI
+    pass
+
+
+runner = CliRunner()
+
+
+def test_help_lists_the_options_and_config_fields():
+    result = runner.invoke(app, ["train", "--help"], terminal_width=200)
+    assert result.exit_code == 0
+    for text in ("--config", "--max-steps", "--resume", "--algorithm", "plot", "group_size", "clip_high",
+                 "kl_estimator", "lora.rank"):
+        assert text in result.output
+
+
+def test_plot_writes_curves(tmp_path):
+    rows = [{"step": s, "reward_mean": s / 10, "kl_ref": 0.01 * s, "seconds/step": 3.0} for s in range(1, 5)]
+    rows.append({"step": 4, "eval/accuracy_all": 0.3})
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = runner.invoke(app, ["train", "plot", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    png = tmp_path / "curves.png"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_plot_of_a_directory_without_metrics_fails_cleanly(tmp_path):
+    result = runner.invoke(app, ["train", "plot", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "no metrics.jsonl" in result.output
+
+
+def test_bad_config_is_reported_not_raised(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("group_size: 1\n")
+    result = runner.invoke(app, ["train", "--config", str(path)])
+    assert result.exit_code == 2
+    assert "group_size" in result.output

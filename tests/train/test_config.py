@@ -1,0 +1,58 @@
+"""TrainConfig: defaults, the shipped example YAML, validation and rollout overrides."""
+
+from pathlib import Path
+
+import pytest
+
+from agentflow.errors import ConfigError
+from agentflow.train.config import TrainConfig
+
+CONFIGS = Path(__file__).resolve().parents[2] / "src" / "agentflow" / "configs"
+
+
+def test_defaults_put_the_planner_on_a_transformers_policy():
+    cfg = TrainConfig()
+    assert cfg.policy_engine_name == "policy"
+    assert cfg.policy.kind == "transformers"
+    assert cfg.flow.roles.executor.engine != cfg.policy_engine_name
+
+
+@pytest.mark.parametrize("path", sorted(CONFIGS.glob("train_*.yaml")), ids=lambda p: p.name)
+def test_shipped_example_configs_load(path):
+    cfg = TrainConfig.from_yaml(path)
+    assert cfg.max_steps >= 1
+
+
+def test_overrides_from_the_command_line_win():
+    cfg = TrainConfig.from_yaml(CONFIGS / "train_cpu_demo.yaml", max_steps=3, algorithm="frozen")
+    assert (cfg.max_steps, cfg.algorithm) == (3, "frozen")
+
+
+def test_unknown_key_is_an_error(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("batch_size: 2\nbatchsize: 3\n")
+    with pytest.raises(ConfigError, match="batchsize"):
+        TrainConfig.from_yaml(path)
+
+
+def test_planner_must_run_on_a_transformers_engine():
+    with pytest.raises(ConfigError, match="must be kind 'transformers'"):
+        TrainConfig.from_dict({"flow": {"engines": {"default": {"kind": "llamacpp"}}}})
+
+
+def test_sft_needs_a_teacher_and_advantage_must_be_registered():
+    with pytest.raises(ConfigError, match="needs a `teacher`"):
+        TrainConfig.from_dict({"algorithm": "sft"})
+    with pytest.raises(ConfigError, match="unknown advantage estimator"):
+        TrainConfig.from_dict({"advantage": "ppo"})
+
+
+def test_rollout_and_eval_overrides_apply_to_copies():
+    cfg = TrainConfig.from_dict({"max_turns": 2, "temperature": 0.7, "planner_max_tokens": 30,
+                                 "eval_temperature": 0.0})
+    rollout = cfg.rollout_flow_config()
+    assert rollout.limits.max_turns == 2
+    assert rollout.roles.planner.sampling.temperature == 0.7
+    assert rollout.roles.planner.sampling.max_tokens == 30
+    assert cfg.eval_flow_config().roles.planner.sampling.temperature == 0.0
+    assert cfg.flow.roles.planner.sampling.temperature == 1.0  # the config itself is untouched

@@ -1,0 +1,91 @@
+"""Rollouts through the real Flow with scripted engines: scoring, exclusion of infrastructure failures,
+training rows taken from the recorded completions, and the step metrics."""
+
+import json
+
+import pytest
+
+from agentflow.config import FlowConfig
+from agentflow.engines.base import Completion, Engine, SamplingParams
+from agentflow.engines.scripted import ScriptedEngine
+from agentflow.errors import EngineUnavailableError
+from agentflow.flow import Flow
+from agentflow.train.data import Question
+from agentflow.train.rollout import run_rollouts
+
+
+class TokenEngine(Engine):
+    """A policy stand-in that records token ids and log-probs, as the transformers engine does."""
+
+    model_name = "tokens"
+
+    def __init__(self, reply: str) -> None:
+        self.reply = reply
+
+    async def generate(self, messages, sampling: SamplingParams, *, json_schema=None) -> Completion:
+        ids = list(range(len(self.reply.split())))
+        return Completion(text=self.reply, prompt_token_ids=[1, 2, 3], token_ids=ids,
+                          logprobs=[-0.5] * len(ids))
+
+
+PLAN = json.dumps({"context": "", "sub_goal": "look it up", "tool_name": "base_generator"})
+
+
+def flow(generator_reply, policy=None):
+    config = FlowConfig.from_dict({
+        "engines": {"policy": {"kind": "transformers"}, "helper": {"kind": "llamacpp"}},
+        "roles": {"planner": {"engine": "policy"}, "executor": {"engine": "helper"},
+                  "verifier": {"engine": "helper"}, "generator": {"engine": "helper"},
+                  "tools": {"engine": "helper"}},
+        "tools": {"base_generator": {}}, "limits": {"max_turns": 2}, "query_analysis": False})
+
+    def helper(messages):
+        system = messages[0]["content"]
+        if "final answer" in system:
+            return generator_reply(messages)
+        if "check whether" in system:
+            return '{"analysis": "ok", "conclusion": "STOP"}'
+        return '{"prompt": "hello"}'
+
+    return Flow.from_config(config, engines={"policy": policy or TokenEngine(PLAN),
+                                             "helper": ScriptedEngine(helper)})
+
+
+QUESTIONS = [Question("q1", "Capital of France?", "Paris", "exact_match", {"tool": "base_generator"}),
+             Question("q2", "Two plus two?", "4", "exact_match", {"tool": "python"})]
+
+
+async def test_group_rollouts_are_scored_and_turned_into_rows():
+    answers = iter(["<answer>Paris</answer>", "<answer>Lyon</answer>"] * 10)
+    batch = await run_rollouts(flow(lambda m: next(answers)), QUESTIONS, group_size=2, concurrency=4)
+    assert len(batch.rollouts) == 4 and not batch.excluded
+    assert sorted(batch.trajectory_ids()) == ["q1#0", "q1#1", "q2#0", "q2#1"]
+    rows, row_traj = batch.rows()
+    assert len(rows) == 4 and row_traj.tolist() == [0, 1, 2, 3]
+    assert rows[0].prompt_ids == [1, 2, 3] and rows[0].old_logprobs == [-0.5] * len(rows[0].response_ids)
+    metrics = batch.metrics()
+    assert metrics["turns_per_trajectory"] == 1.0
+    assert metrics["tool/base_generator"] == 1.0
+    assert metrics["tool_choice_accuracy"] == 0.5
+    assert 0 <= metrics["accuracy"] <= 1 and batch.rewards().shape == (4,)
+
+
+async def test_infrastructure_failures_are_excluded_and_counted():
+    calls = {"n": 0}
+
+    def generator(messages):
+        calls["n"] += 1
+        return EngineUnavailableError("down") if calls["n"] == 1 else "<answer>Paris</answer>"
+
+    batch = await run_rollouts(flow(generator), QUESTIONS[:1], group_size=3, concurrency=1)
+    assert len(batch.rollouts) == 2 and len(batch.excluded) == 1
+    assert batch.excluded[0].infrastructure.kind == "engine_unavailable"
+    assert batch.metrics()["infrastructure_failures"] == 1
+    assert batch.rewards().tolist() == [1.0, 1.0]
+
+
+async def test_rows_need_token_ids_from_the_policy_engine():
+    batch = await run_rollouts(flow(lambda m: "x", policy=ScriptedEngine([PLAN])), QUESTIONS[:1], group_size=1,
+                               concurrency=1)
+    with pytest.raises(ValueError, match=r"trajectory 'q1#0' turn 1: .*no token ids"):
+        batch.rows()
