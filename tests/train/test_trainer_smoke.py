@@ -84,3 +84,17 @@ def test_train_checkpoint_and_resume(config, tmp_path):
     expected = BatchSampler(items, batch_size=2, seed=config.seed, position=4).next_batch()
     assert drawn == {q.id for q in expected}
     assert (run / "checkpoints" / "step-000003" / "state.json").is_file()
+
+
+def test_sft_baseline_trains_on_correct_teacher_turns(config, tmp_path):
+    teacher = ScriptedEngine(['{"context": "", "sub_goal": "find it", "tool_name": "wikipedia_search"}'])
+    sft = config.model_copy(update={"algorithm": "sft", "max_steps": 1, "teacher": config.flow.engines["helper"],
+                                    "output_dir": str(tmp_path / "sft")})
+    Trainer(sft, engines={"helper": helper_engine(), "teacher": teacher}).run()
+    records = [json.loads(line) for line in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    collected = next(r for r in records if "sft/rows" in r)
+    assert collected["sft/rows"] > 0 and 0 < collected["sft/teacher_accuracy"] < 1  # only correct ones kept
+    step = next(r for r in records if r.get("step") == 1 and "loss" in r)
+    assert math.isfinite(step["loss"]) and step["loss"] > 0
+    weights = torch.load(tmp_path / "sft" / "checkpoints" / "step-000001" / "trainable.pt", weights_only=True)
+    assert any(v.abs().sum() > 0 for k, v in weights.items() if "lora_B" in k)
