@@ -54,6 +54,15 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def phase_peak(device: str, peaks: dict[str, float], name: str | None) -> None:
+    """Record the CUDA peak of the phase that just ended under `name`, and start a new one."""
+    if not device.startswith("cuda"):
+        return
+    if name is not None:
+        peaks[name] = max(peaks.get(name, 0.0), torch.cuda.max_memory_allocated() / 2**20)
+    torch.cuda.reset_peak_memory_stats()
+
+
 def resolve_model(args: argparse.Namespace) -> str:
     """A local HF checkpoint directory: given, random-initialised SmolLM2-135M shape, or the bundled model."""
     if args.model == "bundled":
@@ -122,6 +131,10 @@ def run_ours(args: argparse.Namespace, path: str) -> dict:
         from peft import get_peft_model
 
         model = get_peft_model(model, lora_config(args))
+    if args.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        if hasattr(model, "enable_input_require_grads"):
+            model.enable_input_require_grads()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-5)
     n = args.batch * args.group
@@ -130,8 +143,10 @@ def run_ours(args: argparse.Namespace, path: str) -> dict:
                            temperature=1.0, top_p=1.0, top_k=0, output_scores=True, return_dict_in_generate=True,
                            pad_token_id=tokenizer.pad_token_id)
     phases: dict[str, list[float]] = {"rollout": [], "ref": [], "update": []}
+    peaks: dict[str, float] = {}
     update_tokens = 0
     for step in range(args.warmup + args.steps):
+        phase_peak(args.device, peaks, None)
         batch = [t for t in texts for _ in range(args.group)]
         enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(args.device)
         sync(args.device)
@@ -149,6 +164,7 @@ def run_ours(args: argparse.Namespace, path: str) -> dict:
             rows.append(Row(prompt, generated[i].tolist(), logps[i].tolist()))
         sync(args.device)
         rollout = time.perf_counter() - start
+        phase_peak(args.device, peaks, "rollout")
 
         start = time.perf_counter()
         batches = micro_batches(rows, max_rows=n, max_tokens=10**9)
@@ -162,6 +178,7 @@ def run_ours(args: argparse.Namespace, path: str) -> dict:
                     ref.update({i: lp[j] for j, i in enumerate(idx)})
         sync(args.device)
         ref_s = time.perf_counter() - start
+        phase_peak(args.device, peaks, "ref")
 
         start = time.perf_counter()
         model.train()
@@ -181,12 +198,17 @@ def run_ours(args: argparse.Namespace, path: str) -> dict:
         optimizer.step()
         sync(args.device)
         update = time.perf_counter() - start
+        phase_peak(args.device, peaks, "update")
         if step >= args.warmup:
             phases["rollout"].append(rollout)
             phases["ref"].append(ref_s)
             phases["update"].append(update)
             update_tokens = sum(len(r.prompt_ids) + len(r.response_ids) for r in rows)
-    return summarise(phases, update_tokens, args)
+    result = summarise(phases, update_tokens, args)
+    if peaks:
+        result["peak_memory_mb_by_phase"] = {k: round(v, 1) for k, v in peaks.items()}
+        result["peak_memory_mb"] = round(max(peaks.values()), 1)
+    return result
 
 
 # -- TRL -----------------------------------------------------------------------------------------------------
@@ -209,7 +231,7 @@ def run_trl(args: argparse.Namespace, path: str) -> dict:
         generation_kwargs={"min_new_tokens": args.completion_len}, temperature=1.0, top_p=1.0,
         beta=args.beta, num_iterations=1, learning_rate=1e-5, max_steps=total_steps, logging_steps=1,
         report_to=[], save_strategy="no", bf16=cuda, use_cpu=not cuda, seed=args.seed, shuffle_dataset=False,
-        disable_tqdm=True, dataloader_num_workers=0)
+        disable_tqdm=True, dataloader_num_workers=0, gradient_checkpointing=args.gradient_checkpointing)
 
     def reward(completions, **kwargs):
         return [random.random() for _ in completions]
@@ -279,6 +301,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--beta", type=float, default=0.04, help="KL coefficient (0: no reference pass)")
     parser.add_argument("--full", dest="lora", action="store_false", help="full fine-tuning instead of LoRA")
+    parser.add_argument("--gradient-checkpointing", action="store_true",
+                        help="recompute activations in backward on both sides (TRL's own default is on)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default="/tmp/train_vs_trl")
@@ -304,7 +328,8 @@ def main() -> None:
     ours, trl = results["ours"].get("update_tokens_per_s"), results["trl"].get("update_tokens_per_s")
     summary = {"device": args.device, "model": args.model, "lora": args.lora, "batch": args.batch,
                "group": args.group, "prompt_len": args.prompt_len, "completion_len": args.completion_len,
-               "beta": args.beta, "steps": args.steps, **results,
+               "beta": args.beta, "steps": args.steps, "gradient_checkpointing": args.gradient_checkpointing,
+               **results,
                "update_speedup_vs_trl": round(ours / trl, 2) if ours and trl else None}
     if args.device.startswith("cuda"):
         summary["gpu"] = torch.cuda.get_device_name()

@@ -93,12 +93,13 @@ class TrainConfig(_Strict):
         default_factory=_default_train_flow,
         description="The flow the planner learns inside (engines of the other roles, tools, limits). The "
         "planner role's engine must be a `transformers` engine: it is the trainable policy.")
-    lora: LoraSettings = Field(default_factory=LoraSettings)
+    lora: LoraSettings = Field(default_factory=LoraSettings, description="LoRA adapters (the `lora.*` keys).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward: less memory, "
                                          "about 30% more update time.")
 
     # -- data -------------------------------------------------------------------------------------
-    data: DataSettings = Field(default_factory=DataSettings)
+    data: DataSettings = Field(default_factory=DataSettings, description="Question files and fields (the "
+                               "`data.*` keys); default: the shipped tool_use task.")
 
     # -- rollout ----------------------------------------------------------------------------------
     batch_size: int = Field(4, ge=1, description="B: questions per step.")

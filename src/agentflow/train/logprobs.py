@@ -68,12 +68,13 @@ def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature
     logits = out.logits[:, -resp_width - 1:-1, :].float()
     if temperature and temperature != 1.0:
         logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)
-    logprobs = logp_all.gather(-1, packed.response_ids.unsqueeze(-1)).squeeze(-1)
+    # token logit - logsumexp: autograd keeps no (rows, tokens, vocab) log-softmax tensor for backward
+    log_norm = torch.logsumexp(logits, dim=-1)
+    logprobs = logits.gather(-1, packed.response_ids.unsqueeze(-1)).squeeze(-1) - log_norm
     entropy = None
     if with_entropy:
         with torch.no_grad():
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
+            entropy = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(-1)
     return logprobs * packed.response_mask, entropy
 
 
