@@ -110,6 +110,10 @@ class TrainConfig(_Strict):
                                       "overrides flow.roles.planner.sampling.temperature when set.")
     planner_max_tokens: int | None = Field(None, ge=1, description="Planner reply budget in tokens; overrides "
                                            "flow.roles.planner.sampling.max_tokens when set.")
+    planner_prefix: str | None = Field(
+        None, description="Text every planner reply is made to start with, appended to the prompt after the "
+        "assistant header (e.g. '{\"tool_name\": \"'): the cheapest constrained output that keeps the RL exact; "
+        "rollouts and evaluation both use it. None: the planner writes its whole reply.")
     rollout_concurrency: int = Field(32, ge=1, description="Trajectories in flight at once (the policy engine "
                                      "batches concurrent planner calls up to its max_batch_size).")
 

@@ -110,7 +110,13 @@ class Trainer:
             model, tokenizer = load_policy(cfg.policy, trainable=cfg.algorithm != "frozen")
             if cfg.algorithm != "frozen":
                 model = self._make_trainable(model)
-            policy = TransformersEngine(cfg.policy, model=model, tokenizer=tokenizer)
+            if cfg.planner_prefix:
+                from agentflow.train.policy import PrefixedPlannerEngine
+
+                policy = PrefixedPlannerEngine(cfg.policy, model=model, tokenizer=tokenizer,
+                                               prefix=cfg.planner_prefix)
+            else:
+                policy = TransformersEngine(cfg.policy, model=model, tokenizer=tokenizer)
         if not isinstance(policy, TransformersEngine):
             raise TypeError("the planner's engine must be a TransformersEngine")
         self.policy = policy
@@ -294,14 +300,18 @@ class Trainer:
     def _sft_rows(self, batch: RolloutBatch) -> list[TurnRow]:
         """Planner turns of the teacher's correct trajectories, tokenised for the policy."""
         rows = []
-        tok = self.tokenizer
+        prefix = self.config.planner_prefix or ""
         for rollout in batch.rollouts:
             if not (rollout.score and rollout.score.correct):
                 continue
             for call in rollout.trajectory.planner_calls():
+                # with a planner prefix, the policy's prompt ends with it: train on the rest of the reply
+                tok = self.tokenizer if prefix and call.text.startswith(prefix) else getattr(
+                    self.tokenizer, "raw", self.tokenizer)
+                reply = call.text[len(prefix):] if tok is self.tokenizer and prefix else call.text
                 text = tok.apply_chat_template(call.messages, tokenize=False, add_generation_prompt=True)
                 prompt = tok(text, add_special_tokens=False)["input_ids"]
-                response = tok(call.text, add_special_tokens=False)["input_ids"]
+                response = tok(reply, add_special_tokens=False)["input_ids"]
                 end = tok.convert_tokens_to_ids("<|im_end|>") if "<|im_end|>" in tok.get_vocab() else tok.eos_token_id
                 response = response + [end]
                 rows.append(TurnRow(0, list(prompt), response, [0.0] * len(response)))
