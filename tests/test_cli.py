@@ -69,3 +69,21 @@ def test_solve_with_the_bundled_model_writes_a_trajectory(tmp_path):
     assert 1 <= len(record["turns"]) <= 2
     assert record["roles"]["planner"]["model"].startswith("SmolLM2-135M")
     assert all(turn["tool_valid"] for turn in record["turns"])  # constrained decoding: always a real tool
+
+
+def test_train_backend_verl_print_config_needs_no_gpu():
+    import agentflow
+
+    config = f"{agentflow.__path__[0]}/configs/verl_qwen7b.yaml"
+    result = runner.invoke(app, ["train", "--backend", "verl", "--config", config, "--print-config"])
+    assert result.exit_code == 0, result.output
+    assert "n_gpus_per_node: 8" in result.output and "use_v1: true" in result.output
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["train", "--backend", "tpu"], "local or verl"),
+    (["train", "--print-config"], "goes with --backend verl"),
+])
+def test_train_bad_backend_flags(args, message):
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2 and message in result.output

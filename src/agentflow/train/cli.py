@@ -48,6 +48,10 @@ def train(
     = False,
     algorithm: Annotated[str | None, typer.Option("--algorithm", help="grpo | sft | frozen (overrides config).")]
     = None,
+    backend: Annotated[str, typer.Option("--backend", help="local: this machine (torch); verl: hand training "
+                                         "to verl (Ray, FSDP, vLLM/SGLang; pip install '.[verl]').")] = "local",
+    print_config: Annotated[bool, typer.Option("--print-config", help="With --backend verl: print the full verl "
+                                               "configuration it would run, and exit (no GPU needed).")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False,
 ) -> None:
     """Flow-GRPO: roll out G trajectories per question with the current planner, score, update, repeat.
@@ -59,6 +63,22 @@ def train(
         return
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if backend not in ("local", "verl"):
+        err_console.print(f"[bold red]error:[/] --backend must be local or verl, not {backend!r}")
+        raise typer.Exit(2)
+    if print_config and backend != "verl":
+        err_console.print("[bold red]error:[/] --print-config goes with --backend verl")
+        raise typer.Exit(2)
+    if backend == "verl":
+        from agentflow.verl.cli import train_on_verl
+
+        try:
+            train_on_verl(config, print_config=print_config, out=out, max_steps=max_steps, algorithm=algorithm,
+                          resume=resume, console=console)
+        except AgentFlowError as err:
+            err_console.print(f"[bold red]error:[/] {err}")
+            raise typer.Exit(2) from None
+        return
     from agentflow.train.config import TrainConfig
     from agentflow.train.trainer import Trainer
 
