@@ -25,9 +25,11 @@ app.add_typer(tool_app, name="tool")
 def _mount_subcommands() -> None:
     from agentflow.eval.cli import eval_app
     from agentflow.train.cli import train_app
+    from agentflow.verl.cli import verl_app
 
     app.add_typer(eval_app, name="eval")
     app.add_typer(train_app, name="train")
+    app.add_typer(verl_app, name="verl")
 
 console = Console()
 err_console = Console(stderr=True)
