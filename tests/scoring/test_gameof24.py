@@ -39,6 +39,8 @@ def test_valid_solutions(prediction: str, numbers: list[int]) -> None:
     ("(1+1+1)8", [1, 1, 1, 8], "not a valid"),
     ("24", [1, 1, 1, 8], "uses"),
     ("", [1, 1, 1, 8], "empty"),
+    ("I could not find one, sorry", [1, 1, 1, 8], "no arithmetic expression"),
+    ("The answer to the question is twenty-four" + " really" * 40, [1, 1, 1, 8], "no arithmetic expression"),
 ])
 def test_invalid_solutions(prediction: str, numbers: list[int], reason: str) -> None:
     score = game24(prediction, numbers)

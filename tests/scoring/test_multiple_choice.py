@@ -16,7 +16,8 @@ MEDQA = {"options": ["A. Hemolytic uremic syndrome", "B. Oral ulcers", "C. Color
 
 @pytest.mark.parametrize("prediction", [
     "C", "(C)", "C.", "**C**", "<answer>C</answer>",
-    "The answer is C.", "Answer: (C)", "answer: C", "The correct option is C",
+    "The answer is C.", "Answer: (C)", "answer: C", "The correct option is C", "The answer is: C.",
+    "The correct answer is:\nC. Colorectal cancer",
     "C. Colorectal cancer", "(C) Colorectal cancer",
     "colorectal cancer", "Colorectal Cancer.",
     "The patient is at greatest risk of colorectal cancer.",           # "Cancer" (E) only inside it
@@ -36,6 +37,7 @@ def test_right_answers(prediction: str) -> None:
     ("C or D", "several option letters"),
     ("The answer is C, or maybe the answer is D.", "several option letters"),
     ("C. Oral ulcers", "disagree"),
+    ("The correct answer is: B. Colorectal cancer", "disagree"),   # letter and text name two options
     ("", "no option"),
 ])
 def test_ambiguous_or_unmatched_answers_are_wrong(prediction: str, reason: str) -> None:

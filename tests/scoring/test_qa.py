@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentflow.scoring import get_scorer, normalize_answer, token_f1
-from agentflow.scoring.qa import accepted_answers
+from agentflow.scoring.qa import accepted_answers, strip_answer_prefix
 
 exact_match = get_scorer("exact_match")
 f1 = get_scorer("f1")
@@ -32,7 +32,10 @@ def test_normalize_answer(text: str, expected: str) -> None:
     ("no", ["Yes"], False),
     ("1999", ["1999"], True),
     ("", ["1999"], False),
-    ("The answer is Prussian", ["Prussian"], False),                  # EM is exact: extra words are wrong
+    ("The answer is: Prussian.", ["Prussian"], True),                 # a leading answer phrase is removed
+    ("Final answer: the Prussians", ["Prussian"], False),
+    ("He was Prussian", ["Prussian"], False),                         # EM is exact: extra words are wrong
+    ("The Answer", ["The Answer"], True),                             # a name is not an answer phrase
     ("Let'S Make Money", "Let'S Make Money", True),
     ("Kurt Weill", "['Kurt Julian Weill', 'Kurt Weill']", True),       # list stored as a string literal
 ])
@@ -56,8 +59,16 @@ def test_f1_is_best_over_accepted_answers() -> None:
     assert score.details["f1"] == pytest.approx(0.8)
 
 
+def test_strip_answer_prefix() -> None:
+    assert strip_answer_prefix("The correct answer to the question is: Lima") == "Lima"
+    assert strip_answer_prefix("Answer - Lima") == "Lima"
+    assert strip_answer_prefix("Answers differ") == "Answers differ"
+    assert strip_answer_prefix("answered by Smith") == "answered by Smith"
+    assert strip_answer_prefix("The answer is") == "The answer is"
+
+
 def test_exact_match_reports_f1_and_containment() -> None:
-    score = exact_match("The answer is Prussian", ["Prussian"])
+    score = exact_match("He was Prussian", ["Prussian"])
     assert score.details["f1"] == pytest.approx(2 * (1 / 3) / (1 + 1 / 3))
     assert score.details["gold_in_prediction"] is True
     assert exact_match("Prussians", ["Prussian"]).details["gold_in_prediction"] is False

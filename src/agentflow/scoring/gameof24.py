@@ -18,6 +18,8 @@ from agentflow.scoring.extract import extract_answer
 
 TARGET = 24
 MAX_CHARS = 200
+_TOO_LONG = "expression too long"
+_NOT_AN_EXPRESSION = "not a valid arithmetic expression"
 
 _SYMBOLS = {
     "×": "*", "✕": "*", "⋅": "*", "·": "*", "∗": "*", "\\times": "*", "\\cdot": "*",
@@ -87,11 +89,11 @@ def _evaluate(node: ast.AST, literals: list[int]) -> Fraction:
 def check_expression(expression: str, numbers: list[int]) -> tuple[bool, str]:
     """Whether `expression` makes 24 from `numbers`, each used exactly once; with the reason when not."""
     if len(expression) > MAX_CHARS:
-        return False, "expression too long"
+        return False, _TOO_LONG
     try:
         tree = ast.parse(_drop_target(_canonical(expression)), mode="eval")
     except SyntaxError:
-        return False, "not a valid arithmetic expression"
+        return False, _NOT_AN_EXPRESSION
     except _Rejected as err:
         return False, str(err)
     literals: list[int] = []
@@ -121,9 +123,13 @@ def game_of_24(prediction: str, gold: Any) -> Score:
     if not answer:
         return binary(False, extracted="", reason="empty answer", numbers=numbers)
     reason = ""
-    for candidate in _candidates(answer):
+    candidates = _candidates(answer)
+    for candidate in candidates:
         ok, reason = check_expression(candidate, numbers)
         if ok:
             return binary(True, extracted=answer, expression=candidate, numbers=numbers)
+    if len(candidates) == 1 and reason in (_NOT_AN_EXPRESSION, _TOO_LONG) \
+            and any(ch.isalpha() for ch in _canonical(answer)):
+        reason = "no arithmetic expression in the answer"  # prose, not a malformed expression
     # The reason given is that of the last candidate: the expression found inside a sentence, when there is one.
     return binary(False, extracted=answer, expression=candidate, reason=reason, numbers=numbers)

@@ -16,10 +16,10 @@ from agentflow.scoring.qa import normalize_answer
 
 _LETTER_PREFIX = re.compile(r"^\s*\(?([A-Z])[).:]\s*(?=\S)")
 _LETTER_ONLY = re.compile(r"^[\s*_\[(]*([A-Z])[\s*_\]).:]*$")
-# "answer is C.", "Answer: (C)", "option C", "choice: C" - the letter must end there or be bracketed, so that
+# "answer is C.", "Answer: (C)", "answer is: C", "option C" - the letter must end there or be bracketed, so that
 # "the answer is A patient ..." does not read as option A.
 _LETTER_PHRASE = re.compile(
-    r"(?i:\b(?:answer|option|choice)\b)\s*(?:(?i:is|would be|:)\s*)?(?:(?i:option|choice)\s*)?"
+    r"(?i:\b(?:answer|option|choice)\b)\s*(?:(?i:is|would be)\s*)?:?\s*(?:(?i:option|choice)\s*)?"
     r"(?:\(([A-Z])\)|\b([A-Z])(?=\s*(?:$|[).:,;*])))"
 )
 _OPTION_LINE = re.compile(r"^\s*\(?([A-Z])[).:]\s+(.*)$", re.DOTALL)

@@ -12,6 +12,17 @@ from agentflow.scoring.base import Score, register_scorer
 from agentflow.scoring.extract import extract_answer
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
+# "The answer is: X", "Final answer: X", "The correct answer to the question is X" -> "X". Only a leading phrase
+# that announces the answer is removed; the rest must still match exactly.
+_ANSWER_PREFIX = re.compile(
+    r"^\s*(?:the\s+)?(?:final\s+|correct\s+|short\s+)?answer\b(?:\s+to\s+(?:the|this)\s+question)?"
+    r"\s*(?:is)?\s*[:\-]?\s*", re.IGNORECASE)
+
+
+def strip_answer_prefix(text: str) -> str:
+    """Remove a leading "The answer is:"-style phrase, which small models add even when asked not to."""
+    stripped = _ANSWER_PREFIX.sub("", text, count=1)
+    return stripped if stripped.strip() else text
 
 
 def normalize_answer(text: str) -> str:
@@ -56,7 +67,7 @@ def token_f1(prediction: str, gold: str) -> float:
 
 def qa_metrics(prediction: str, gold: Any) -> dict[str, Any]:
     """Exact match, best F1 and whether a gold answer appears inside the prediction (reported, never scored)."""
-    answer = extract_answer(prediction)
+    answer = strip_answer_prefix(extract_answer(prediction))
     norm_pred = normalize_answer(answer)
     golds = accepted_answers(gold)
     norm_golds = [normalize_answer(g) for g in golds]
