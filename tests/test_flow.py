@@ -144,7 +144,7 @@ async def test_question_timeout_cuts_a_hung_engine_and_still_answers(make_flow):
     engine.generate = slow_verifier  # type: ignore[method-assign]
     traj = await asyncio.wait_for(flow.asolve("q"), timeout=5)
     assert traj.stop_reason == "timeout"
-    assert any(f.kind == "question_timeout" for f in traj.failures)
+    assert traj.infrastructure_failure.kind == "question_timeout"  # our own time-out says nothing of the policy
     assert traj.answer == "late" and traj.seconds < 1.0
     assert traj.turns[0].tool_call.output == "echo: x"
 

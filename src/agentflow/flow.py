@@ -161,7 +161,7 @@ class Flow:
             await asyncio.wait_for(self._turns(traj, memory, emit), timeout=loop_budget)
         except asyncio.TimeoutError:
             traj.stop_reason = "timeout"
-            traj.failures.append(Failure(stage="flow", kind=QuestionTimeoutError.kind,
+            traj.failures.append(Failure(stage="flow", kind=QuestionTimeoutError.kind, infrastructure=True,
                                          message=f"turn loop cut off after {loop_budget:.1f}s"))
         except _EngineFailed as failed:
             self._record_engine_failure(traj, failed)
@@ -171,7 +171,7 @@ class Flow:
                 await asyncio.wait_for(self._generate(traj, memory, emit), timeout=remaining)
             except asyncio.TimeoutError:
                 traj.stop_reason = "timeout"
-                traj.failures.append(Failure(stage="generator", kind=QuestionTimeoutError.kind,
+                traj.failures.append(Failure(stage="generator", kind=QuestionTimeoutError.kind, infrastructure=True,
                                              message=f"question exceeded {limits.max_seconds:.1f}s"))
             except _EngineFailed as failed:
                 self._record_engine_failure(traj, failed)
