@@ -52,3 +52,10 @@ def test_schema_restricts_tool_names_and_prompt_lists_them():
     messages = planner_messages(question="q", analysis="", tool_descriptions={"python": "runs code"},
                                 memory="(no steps yet)", turn=1, max_turns=3)
     assert "- python: runs code" in messages[1]["content"] and "Step 1 of 3" in messages[1]["content"]
+
+
+def test_schema_puts_the_tool_first_so_a_cut_off_reply_still_names_one():
+    schema = planner_schema(TOOLS)
+    assert list(schema["properties"])[0] == "tool_name"
+    step = parse_planner_reply('{"tool_name": "python", "context": "a long context that was cut o', TOOLS)
+    assert step.tool_name == "python"

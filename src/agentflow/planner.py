@@ -19,7 +19,7 @@ ANALYSIS_SYSTEM = "You analyse questions for an assistant that can use tools. Be
 PLANNER_SYSTEM = (
     "You are the planner of an assistant that answers questions with tools. "
     "Each step, pick ONE tool and write the sub-goal it must achieve. "
-    'Reply with JSON only: {"context": "...", "sub_goal": "...", "tool_name": "..."}.'
+    'Reply with JSON only: {"tool_name": "...", "context": "...", "sub_goal": "..."}.'
 )
 
 
@@ -54,8 +54,8 @@ def planner_messages(*, question: str, analysis: str, tool_descriptions: dict[st
     parts += [
         f"Tools:\n{tool_menu(tool_descriptions)}",
         f"Memory:\n{memory}",
-        f"Step {turn} of {max_turns}. Reply with JSON: context, sub_goal, tool_name "
-        f"(one of: {', '.join(tool_descriptions)}).",
+        f"Step {turn} of {max_turns}. Reply with JSON: tool_name (one of: {', '.join(tool_descriptions)}), "
+        "context, sub_goal.",
     ]
     return [{"role": "system", "content": PLANNER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
@@ -64,12 +64,13 @@ def planner_schema(tool_names: list[str]) -> dict[str, Any]:
     """JSON schema of a planner reply; `tool_name` is restricted to the enabled tools."""
     return {
         "type": "object",
+        # tool_name first: a reply cut off by max_tokens still names a valid tool.
         "properties": {
+            "tool_name": {"type": "string", "enum": list(tool_names)},
             "context": {"type": "string", "maxLength": 150},
             "sub_goal": {"type": "string", "maxLength": 150},
-            "tool_name": {"type": "string", "enum": list(tool_names)},
         },
-        "required": ["context", "sub_goal", "tool_name"],
+        "required": ["tool_name", "context", "sub_goal"],
         "additionalProperties": False,
     }
 
