@@ -16,6 +16,20 @@ from agentflow.engines.base import SamplingParams
 from agentflow.errors import ConfigError
 
 
+def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
+    """The mapping a YAML config file holds; ConfigError when the file is missing or is not a YAML mapping."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings, got {type(raw).__name__}")
+    return raw
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -126,14 +140,7 @@ class FlowConfig(_Strict):
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> FlowConfig:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML: {err}") from None
-        return cls.from_dict(raw, source=str(path))
+        return cls.from_dict(read_yaml_mapping(path), source=str(path))
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any], *, source: str = "config") -> FlowConfig:

@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from agentflow.config import (
@@ -20,6 +19,7 @@ from agentflow.config import (
     RoleConfig,
     RolesConfig,
     TransformersEngineConfig,
+    read_yaml_mapping,
 )
 from agentflow.engines.base import SamplingParams
 from agentflow.errors import ConfigError
@@ -211,13 +211,7 @@ class TrainConfig(_Strict):
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> TrainConfig:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            raw = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML: {err}") from None
+        raw = read_yaml_mapping(path)
         raw.update({k: v for k, v in overrides.items() if v is not None})
         return cls.from_dict(raw, source=str(path))
 
