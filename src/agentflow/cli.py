@@ -36,8 +36,11 @@ err_console = Console(stderr=True)
 
 
 def _setup_logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = logging.INFO if verbose else logging.WARNING
+    handler = logging.StreamHandler()
+    handler.setLevel(level)  # on the handler too: some libraries (bm25s) set their own loggers to DEBUG
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
