@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from datetime import datetime, timezone
 from typing import Any
 
@@ -157,30 +157,30 @@ class Flow:
         memory = FlowMemory(question=question)
         start = time.perf_counter()
         loop_budget = limits.max_seconds * (1 - GENERATOR_RESERVE)
-        try:
-            await asyncio.wait_for(self._turns(traj, memory, emit), timeout=loop_budget)
-        except asyncio.TimeoutError:
-            traj.stop_reason = "timeout"
-            traj.failures.append(Failure(stage="flow", kind=QuestionTimeoutError.kind, infrastructure=True,
-                                         message=f"turn loop cut off after {loop_budget:.1f}s"))
-        except _EngineFailed as failed:
-            self._record_engine_failure(traj, failed)
+        await self._bounded(traj, self._turns(traj, memory, emit), timeout=loop_budget, stage="flow",
+                            message=f"turn loop cut off after {loop_budget:.1f}s")
         if traj.stop_reason != "error":
             remaining = max(limits.max_seconds - (time.perf_counter() - start), 0.001)
-            try:
-                await asyncio.wait_for(self._generate(traj, memory, emit), timeout=remaining)
-            except asyncio.TimeoutError:
-                traj.stop_reason = "timeout"
-                traj.failures.append(Failure(stage="generator", kind=QuestionTimeoutError.kind, infrastructure=True,
-                                             message=f"question exceeded {limits.max_seconds:.1f}s"))
-            except _EngineFailed as failed:
-                self._record_engine_failure(traj, failed)
+            await self._bounded(traj, self._generate(traj, memory, emit), timeout=remaining, stage="generator",
+                                message=f"question exceeded {limits.max_seconds:.1f}s")
         traj.seconds = time.perf_counter() - start
         traj.failures += [failure for turn in traj.turns for failure in turn.failures]
         for call in self._all_calls(traj):
             if call.completion is not None:
                 traj.usage.add(call.completion)
         return traj
+
+    async def _bounded(self, traj: Trajectory, phase: Coroutine[Any, Any, None], *, timeout: float, stage: str,
+                       message: str) -> None:
+        """Run one phase of a question under its share of the time budget, recording a cut-off or engine failure."""
+        try:
+            await asyncio.wait_for(phase, timeout=timeout)
+        except asyncio.TimeoutError:
+            traj.stop_reason = "timeout"
+            traj.failures.append(Failure(stage=stage, kind=QuestionTimeoutError.kind, infrastructure=True,
+                                         message=message))
+        except _EngineFailed as failed:
+            self._record_engine_failure(traj, failed)
 
     @staticmethod
     def _record_engine_failure(traj: Trajectory, failed: _EngineFailed) -> None:
