@@ -10,7 +10,13 @@ from agentflow.engines.base import Completion, Message, SamplingParams
 from agentflow.engines.scripted import ScriptedEngine
 from agentflow.errors import ConfigError, ToolError, ToolInputError, ToolTimeoutError
 from agentflow.tools.base import LLMCall, ToolContext, ToolResult, create_tool
-from agentflow.tools.python_tool import CODE_WRITER_SYSTEM, PythonTool, extract_code
+from agentflow.tools.python_tool import (
+    CODE_WRITER_EXAMPLES,
+    CODE_WRITER_SYSTEM,
+    PythonTool,
+    echo_last_expression,
+    extract_code,
+)
 
 
 def _llm(engine: ScriptedEngine) -> LLMCall:
@@ -84,9 +90,31 @@ async def test_task_mode_asks_the_llm_and_runs_its_fenced_code() -> None:
     assert result.data["code"] == "print(sum(range(1, 101)))"
     messages = engine.calls[0][0]
     assert messages[0]["content"] == CODE_WRITER_SYSTEM
-    assert "add the numbers from 1 to 100" in messages[1]["content"]
+    assert len(messages) == 2 + 2 * len(CODE_WRITER_EXAMPLES)  # system, worked examples, the task
+    assert [m["role"] for m in messages[1:-1]] == ["user", "assistant"] * len(CODE_WRITER_EXAMPLES)
+    assert messages[-1] == {"role": "user", "content": "Task: add the numbers from 1 to 100"}
     assert result.llm_calls[0]["messages"] == messages
     assert result.llm_calls[0]["completion"]["text"].startswith("Here you go")
+
+
+@pytest.mark.parametrize(("code", "printed"), [
+    ("6873 * 683", "4694259"),
+    ("x = 6\nx * 7", "42"),
+    ("a = 2; a ** 10", "1024"),
+    ("'text'", "'text'"),
+    ("print('once')", "once"),
+    ("None", ""),
+    ("def f():\n    return 3\n\nf() + (\n    4)", "7"),
+])
+async def test_a_final_bare_expression_is_printed_like_in_a_notebook(code: str, printed: str) -> None:
+    result = await _run({"code": code})
+    assert result.data["stdout"].strip() == printed
+    assert result.data["code"] == code  # the record keeps the code as written
+
+
+def test_echo_leaves_statements_and_broken_code_alone() -> None:
+    for code in ["x = 1", "print(1)", "for i in range(2):\n    i", "print(1", ""]:
+        assert echo_last_expression(code) == code
 
 
 async def test_task_mode_without_llm_is_a_config_error() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import re
 import sys
 import time
@@ -18,6 +19,14 @@ CODE_WRITER_SYSTEM = (
     "You write short Python 3 programs. Reply with one ```python code block and nothing else. "
     "The program must print() its final result. Prefer the standard library (math, fractions, itertools); "
     "there is no network, no input and no subprocess."
+)
+
+# Two worked examples before the task: small models copy their shape (one short print) instead of writing
+# long functions that the token limit cuts off. Measured on the bundled 135M model: 7 of 8 arithmetic tasks
+# right with them, 1 of 5 without.
+CODE_WRITER_EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("Compute 15 * 42", "```python\nprint(15 * 42)\n```"),
+    ("Add 120, 35 and 7", "```python\nprint(120 + 35 + 7)\n```"),
 )
 
 _FENCE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
@@ -54,6 +63,29 @@ def extract_code(reply: str) -> str:
     return (match.group(1) if match else reply).strip()
 
 
+def echo_last_expression(code: str) -> str:
+    """`code` changed to print the value of a final bare expression, as the Python REPL shows it.
+
+    `6873 * 683` alone prints 4694259, as in a notebook cell; `x = 1` and a final `print(...)` are unchanged,
+    and a value of None prints nothing. Code that does not parse is returned as is (its error is the result).
+    """
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return code
+    last = tree.body[-1] if tree.body else None
+    if not isinstance(last, ast.Expr):
+        return code
+    call = last.value
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "print":
+        return code
+    lines = code.splitlines(keepends=True)
+    head = "".join(lines[:last.lineno - 1]) + lines[last.lineno - 1][:last.col_offset]
+    expression = ast.get_source_segment(code, last.value)
+    return (f"{head}__value = ({expression})\n"
+            "if __value is not None:\n    print(repr(__value))\n")
+
+
 @register_tool
 class PythonTool(Tool):
     name = "python"
@@ -63,7 +95,8 @@ class PythonTool(Tool):
     output_description = "The printed output (stdout); on failure also the error and traceback."
     limitations = ("Runs once within {timeout:g} s and {memory} MB; no network, no subprocesses, no files "
                    "outside a temporary folder; only printed values come back.")
-    best_practices = "Use it for arithmetic, counting and exact computation; print() the final value."
+    best_practices = ("Use it for arithmetic, counting and exact computation; print() the final value "
+                      "(a final bare expression is printed, as in a notebook).")
     settings_model = PythonSettings
     uses_llm = True
     fallback_field = "task"
@@ -86,12 +119,13 @@ class PythonTool(Tool):
         start = time.perf_counter()
         llm_calls: list[dict[str, Any]] = []
         code = args.code if args.code.strip() else await self._write_code(args.task, ctx, llm_calls)
+        program = echo_last_expression(code)
         budget = min(self.settings.timeout_s, ctx.timeout_s - (time.perf_counter() - start))
         if budget <= 0:
             raise ToolTimeoutError("no time left to run the code after writing it")
         try:
             result = await run_python_sandboxed(
-                code, timeout_s=budget, cpu_s=self.settings.cpu_s, memory_mb=self.settings.memory_mb,
+                program, timeout_s=budget, cpu_s=self.settings.cpu_s, memory_mb=self.settings.memory_mb,
                 max_output_chars=self.settings.max_output_chars, max_file_mb=self.settings.max_file_mb,
                 python=self.settings.python or sys.executable,
                 network_namespace=self.settings.network_namespace)
@@ -109,8 +143,11 @@ class PythonTool(Tool):
         if ctx.llm is None:
             raise ConfigError("python tool: 'task' needs an LLM to write the code, and none is bound; "
                               "give 'code' instead")
-        messages: list[Message] = [{"role": "system", "content": CODE_WRITER_SYSTEM},
-                                   {"role": "user", "content": f"Task: {task}"}]
+        messages: list[Message] = [{"role": "system", "content": CODE_WRITER_SYSTEM}]
+        for example_task, example_reply in CODE_WRITER_EXAMPLES:
+            messages += [{"role": "user", "content": f"Task: {example_task}"},
+                         {"role": "assistant", "content": example_reply}]
+        messages.append({"role": "user", "content": f"Task: {task}"})
         completion = await ctx.llm(messages)
         llm_calls.append({"role": "tools", "messages": messages, "completion": completion.model_dump()})
         code = extract_code(completion.text)
