@@ -7,9 +7,11 @@ import json
 
 import pytest
 
+from agentflow.config import FlowConfig
 from agentflow.errors import ConfigError, EngineServerError, EngineUnavailableError
+from agentflow.flow import Flow
 from agentflow.trajectory import Trajectory
-from tests.conftest import role_engine, role_of
+from tests.conftest import EchoTool, role_engine, role_of
 
 
 def plan(tool: str, sub_goal: str = "look it up") -> str:
@@ -81,6 +83,18 @@ async def test_free_form_planner_reply_naming_one_tool_is_used(make_flow):
     traj = await make_flow(engine).asolve("q")
     assert traj.turns[0].tool == "echo" and traj.turns[0].sub_goal == "find the year"
     assert traj.turns[0].tool_call.output == "echo: y"
+
+
+async def test_direct_tool_input_skips_the_executor_model():
+    engine = role_engine(planner=[plan("echo", "Seurat birth year")], executor=['{"query": "not used"}'],
+                         verifier=[STOP], generator=["<answer>a</answer>"])
+    config = FlowConfig.from_dict({"tools": {"echo": {}}, "direct_tool_input": True})
+    flow = Flow.from_config(config, engines={"default": engine}, tools={"echo": EchoTool()})
+    traj = await flow.asolve("q")
+    turn = traj.turns[0]
+    assert turn.executor is None and turn.tool_call.arguments == {"query": "Seurat birth year"}
+    assert turn.tool_call.output == "echo: Seurat birth year" and traj.failures == []
+    assert "executor" not in [role_of(messages) for messages, *_ in engine.calls]
 
 
 async def test_unusable_executor_reply_falls_back_to_the_sub_goal(make_flow):

@@ -128,6 +128,10 @@ class FlowConfig(_Strict):
         default_factory=_default_tools, description="Enabled tools by name, each with its settings.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     query_analysis: bool = Field(True, description="Run the planner's query analysis before the first turn.")
+    direct_tool_input: bool = Field(
+        False, description="Skip the executor model for tools with one main text field (python: task, "
+        "wikipedia_search: query, ...): the planner's sub-goal is that field. One model call less per turn; "
+        "for small models whose executor replies are worse than the sub-goal itself.")
 
     def model_post_init(self, __context: Any) -> None:
         for role_name in RolesConfig.model_fields:

@@ -263,11 +263,15 @@ class Flow:
     async def _execute(self, turn: Turn, traj: Trajectory, tool_name: str, entry: MemoryEntry,
                        emit: EventHandler) -> None:
         tool = self.tools[tool_name]
-        turn.executor = await self._call(
-            "executor",
-            executor_messages(question=traj.question, context=turn.context, sub_goal=turn.sub_goal, tool=tool),
-            stage="executor", json_schema=tool.executor_schema())
-        arguments = parse_arguments(turn.executor.text)
+        direct = fallback_field(tool) if self.config.direct_tool_input and turn.sub_goal else None
+        if direct is not None:
+            arguments: dict[str, Any] | None = {direct: turn.sub_goal}
+        else:
+            turn.executor = await self._call(
+                "executor",
+                executor_messages(question=traj.question, context=turn.context, sub_goal=turn.sub_goal, tool=tool),
+                stage="executor", json_schema=tool.executor_schema())
+            arguments = parse_arguments(turn.executor.text)
         call = ToolCall(tool=tool_name, arguments=arguments or {})
         turn.tool_call = call
         try:
