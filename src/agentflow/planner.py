@@ -19,7 +19,7 @@ ANALYSIS_SYSTEM = "You analyse questions for an assistant that can use tools. Be
 PLANNER_SYSTEM = (
     "You are the planner of an assistant that answers questions with tools. "
     "Each step, pick ONE tool and write the sub-goal it must achieve. "
-    'Reply with JSON only: {"tool_name": "...", "context": "...", "sub_goal": "..."}.'
+    'Reply with JSON only: {"tool_name": "...", "sub_goal": "...", "context": "..."}.'
 )
 
 
@@ -55,7 +55,7 @@ def planner_messages(*, question: str, analysis: str, tool_descriptions: dict[st
         f"Tools:\n{tool_menu(tool_descriptions)}",
         f"Memory:\n{memory}",
         f"Step {turn} of {max_turns}. Reply with JSON: tool_name (one of: {', '.join(tool_descriptions)}), "
-        "context, sub_goal.",
+        "sub_goal, context.",
     ]
     return [{"role": "system", "content": PLANNER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
@@ -64,13 +64,14 @@ def planner_schema(tool_names: list[str]) -> dict[str, Any]:
     """JSON schema of a planner reply; `tool_name` is restricted to the enabled tools."""
     return {
         "type": "object",
-        # tool_name first: a reply cut off by max_tokens still names a valid tool.
+        # The action first: a reply cut off by max_tokens still names a valid tool and, most often, its
+        # sub-goal; the context (what the tool should know) is the part a cut costs least.
         "properties": {
             "tool_name": {"type": "string", "enum": list(tool_names)},
-            "context": {"type": "string", "maxLength": 150},
             "sub_goal": {"type": "string", "maxLength": 150},
+            "context": {"type": "string", "maxLength": 150},
         },
-        "required": ["tool_name", "context", "sub_goal"],
+        "required": ["tool_name", "sub_goal", "context"],
         "additionalProperties": False,
     }
 
