@@ -72,6 +72,9 @@ class TransformersEngineConfig(_Strict):
         "auto", description="'auto' = bfloat16 on CUDA where supported, float32 on CPU.")
     max_batch_size: int = Field(8, ge=1, description="Concurrent requests batched into one generate call.")
     n_threads: int | None = Field(None, ge=1, description="torch CPU threads (process-wide); default: torch's own.")
+    json_schema: bool = Field(True, description="Constrain replies to the JSON schema a role asks for (the "
+                              "planner's tool enum, the executor's tool input) with llguidance; false = free "
+                              "text, parsed tolerantly.")
 
 
 EngineConfig = Annotated[

@@ -5,15 +5,17 @@ once (about 30 s) and cached as safetensors under `cache_dir()/hf-from-gguf/`, k
 modification time, so later loads take well under a second.
 
 Concurrent `generate` calls are batched: a worker thread collects pending requests, groups those with
-identical sampling settings, and runs one left-padded `model.generate` per group (at most `max_batch_size`
-rows). The trainer shares the same model object: it updates weights inside `engine.updating_weights()`, which
-waits for a running batch and blocks new ones until the step is done.
+identical sampling settings and JSON schema, and runs one left-padded `model.generate` per group (at most
+`max_batch_size` rows). A JSON schema constrains decoding (llguidance, see `engines/constrained.py`).
+The trainer shares the same model object: it updates weights inside `engine.updating_weights()`, which waits
+for a running batch and blocks new ones until the step is done.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import queue
 import shutil
@@ -30,6 +32,7 @@ import torch
 from agentflow.bundled import bundled_model_path, cache_dir
 from agentflow.config import TransformersEngineConfig
 from agentflow.engines.base import Completion, Engine, Message, SamplingParams
+from agentflow.engines.constrained import SchemaConstraints
 from agentflow.errors import (
     ConfigError,
     EngineBadRequestError,
@@ -182,13 +185,14 @@ def prepare_tokenizer(tokenizer: Any) -> None:
 class _Request:
     messages: list[Message]
     sampling: SamplingParams
+    json_schema: dict[str, Any] | None
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Completion]
     submitted: float = field(default_factory=time.perf_counter)
 
     @property
     def group(self) -> str:
-        return self.sampling.model_dump_json()
+        return self.sampling.model_dump_json() + json.dumps(self.json_schema, sort_keys=True)
 
 
 _STOP = object()
@@ -200,14 +204,15 @@ class TransformersEngine(Engine):
     Log-probs: each returned log-prob is log softmax of the scores `generate` sampled from, i.e. of
     logits / temperature with tokens outside the top-p nucleus removed (the nucleus renormalised). With
     top_p = 1 this equals a trainer's recomputation log_softmax(logits / T). At temperature 0 (greedy) it is
-    the raw model log-prob (T = 1). Token ids run up to and including the first end-of-sequence token, which
-    is part of what the policy chose; padding after it is dropped.
+    the raw model log-prob (T = 1). Under a JSON schema the mask is not part of the policy: the log-prob is
+    log_softmax(logits / T) of the unmasked model (see `engines/constrained.py`). Token ids run up to and
+    including the first end-of-sequence token, which is part of what the policy chose; padding after it is
+    dropped.
 
     `seed`: a group with a seed is generated under a forked RNG seeded with it, so the same requests in the
     same batch reproduce; the trainer's global RNG is left untouched.
     """
 
-    supports_json_schema = False  # the planner's tolerant parser covers this engine
 
     def __init__(self, config: TransformersEngineConfig | None = None, *, model: Any = None,
                  tokenizer: Any = None, batch_wait_s: float = BATCH_WAIT_S) -> None:
@@ -219,6 +224,8 @@ class TransformersEngine(Engine):
             self.model_name = self.source.stem if self.source.is_file() else self.source.name
         else:
             self.model_name = self.config.model or str(getattr(model, "name_or_path", "") or type(model).__name__)
+        self.supports_json_schema = self.config.json_schema
+        self._constraints: SchemaConstraints | None = None
         self.device = resolve_device(self.config.device)
         self.dtype = resolve_dtype(self.config.dtype, self.device)
         self._model = model
@@ -280,7 +287,9 @@ class TransformersEngine(Engine):
             raise EngineUnavailableError("the transformers engine is closed")
         self._ensure_worker()
         loop = asyncio.get_running_loop()
-        request = _Request(messages=messages, sampling=sampling, loop=loop, future=loop.create_future())
+        schema = json_schema if self.supports_json_schema else None
+        request = _Request(messages=messages, sampling=sampling, json_schema=schema, loop=loop,
+                           future=loop.create_future())
         self._queue.put(request)
         return await request.future
 
@@ -330,7 +339,7 @@ class TransformersEngine(Engine):
             _resolve(request, result)
 
     def _generate_batch(self, batch: list[_Request]) -> list[Completion | EngineError]:
-        tokenizer, sampling = self._tokenizer, batch[0].sampling
+        tokenizer, sampling, schema = self._tokenizer, batch[0].sampling, batch[0].json_schema
         prompts: list[list[int]] = []
         for request in batch:
             text = tokenizer.apply_chat_template(request.messages, tokenize=False, add_generation_prompt=True)
@@ -347,7 +356,7 @@ class TransformersEngine(Engine):
                 rows.append(i)
         if rows:
             started = time.perf_counter()
-            outputs = self._sample([prompts[i] for i in rows], sampling)
+            outputs = self._sample([prompts[i] for i in rows], sampling, schema)
             seconds = time.perf_counter() - started
             self.batch_sizes.append(len(rows))
             for i, (token_ids, logprobs, finish) in zip(rows, outputs, strict=True):
@@ -375,9 +384,9 @@ class TransformersEngine(Engine):
             temperature=1.0 if greedy else sampling.temperature, top_p=sampling.top_p, top_k=0, min_p=None,
             typical_p=1.0, repetition_penalty=1.0, no_repeat_ngram_size=0, num_beams=1,
             eos_token_id=sorted(eos_ids), pad_token_id=self._tokenizer.pad_token_id,
-            output_scores=True, return_dict_in_generate=True, use_cache=True)
+            output_scores=True, output_logits=True, return_dict_in_generate=True, use_cache=True)
 
-    def _sample(self, prompts: list[list[int]], sampling: SamplingParams
+    def _sample(self, prompts: list[list[int]], sampling: SamplingParams, schema: dict[str, Any] | None = None
                 ) -> list[tuple[list[int], list[float], str]]:
         """One left-padded generate call. Returns per row: token ids, their log-probs, why it ended."""
         tokenizer = self._tokenizer
@@ -386,7 +395,10 @@ class TransformersEngine(Engine):
         input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=self.device)
         attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=self.device)
         config = self._generation_config(sampling)
-        stop_kwargs = {"stopping_criteria": _stop_criteria(tokenizer, sampling.stop, width)} if sampling.stop else {}
+        extra: dict[str, Any] = {"stopping_criteria": _stop_criteria(tokenizer, sampling.stop, width)} \
+            if sampling.stop else {}
+        if schema is not None:
+            extra["logits_processor"] = [self._schema_constraints(config).processor(schema, len(prompts), width)]
         rng = torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
         with self.weights_lock, rng, torch.inference_mode():
             if sampling.seed is not None:
@@ -395,13 +407,18 @@ class TransformersEngine(Engine):
             self._model.eval()
             try:
                 out = self._model.generate(input_ids=input_ids, attention_mask=attention,
-                                           generation_config=config, **stop_kwargs)
+                                           generation_config=config, **extra)
             finally:
                 self._model.train(was_training)
         generated = out.sequences[:, width:]
-        # log-prob of each chosen token under the distribution it was drawn from (see the class docstring)
+        # log-prob of each chosen token under the policy it was drawn from (see the class docstring)
+        if schema is None:
+            policy = out.scores
+        else:
+            temperature = sampling.temperature or 1.0
+            policy = tuple(logits.float() / temperature for logits in out.logits)
         steps = [torch.log_softmax(score.float(), dim=-1).gather(1, generated[:, t:t + 1]).squeeze(1)
-                 for t, score in enumerate(out.scores)]
+                 for t, score in enumerate(policy)]
         chosen = torch.stack(steps, dim=1).tolist() if steps else [[] for _ in prompts]
         eos_ids = set(config.eos_token_id)
         results = []
@@ -418,6 +435,12 @@ class TransformersEngine(Engine):
                         break
             results.append((ids[:end], chosen[row][:end], finish))
         return results
+
+    def _schema_constraints(self, config: Any) -> SchemaConstraints:
+        if self._constraints is None:
+            vocab = self._model.get_output_embeddings().weight.shape[0]
+            self._constraints = SchemaConstraints(self._tokenizer, vocab, set(config.eos_token_id))
+        return self._constraints
 
     async def aclose(self) -> None:
         """Stop the batcher (pending requests fail with EngineUnavailableError). The model stays usable."""
@@ -437,7 +460,9 @@ class TransformersEngine(Engine):
             "dtype": str(self.dtype).removeprefix("torch."),
             "max_batch_size": self.config.max_batch_size,
             "weights_version": self.weights_version,
-            "logprobs": "log softmax(logits / T) within the top-p nucleus; raw model log-probs when greedy",
+            "logprobs": "log softmax(logits / T) within the top-p nucleus (of the unmasked model under a JSON "
+                        "schema); raw model log-probs when greedy",
+            "json_schema": self.supports_json_schema,
         }
 
 

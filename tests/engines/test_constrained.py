@@ -1,0 +1,120 @@
+"""JSON-schema-constrained decoding in the transformers engine (llguidance): a tiny random model with a
+byte-level tokenizer (fast: any reply it writes is pure chance), and the bundled model (slow)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from agentflow.config import TransformersEngineConfig
+from agentflow.engines.base import SamplingParams
+from agentflow.engines.hf import TransformersEngine
+from agentflow.errors import EngineBadRequestError
+from agentflow.planner import parse_planner_reply, planner_messages, planner_schema
+from tests.engines.test_hf import CHAT_TEMPLATE, ask, recomputed_logprobs, tiny_model
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"tool_name": {"type": "string", "enum": ["python", "wikipedia_search"]},
+                   "sub_goal": {"type": "string", "maxLength": 12}},
+    "required": ["tool_name", "sub_goal"],
+    "additionalProperties": False,
+}
+
+
+def byte_tokenizer() -> PreTrainedTokenizerFast:
+    """One token per byte (no merges) plus the chat specials: it can spell any JSON."""
+    specials = ["<pad>", "<|im_start|>", "<|im_end|>"]
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    backend = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(specials + alphabet)}, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<|im_end|>",
+                                        bos_token="<|im_start|>", additional_special_tokens=specials)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+@pytest.fixture
+def engine() -> TransformersEngine:
+    torch.set_num_threads(1)
+    tokenizer = byte_tokenizer()
+    return TransformersEngine(TransformersEngineConfig(device="cpu", max_batch_size=8),
+                              model=tiny_model(tokenizer), tokenizer=tokenizer)
+
+
+async def test_every_sampled_reply_follows_the_schema(engine: TransformersEngine) -> None:
+    assert engine.supports_json_schema
+    sampling = SamplingParams(temperature=1.0, max_tokens=80, seed=1)
+    replies = await asyncio.gather(*(engine.generate(ask(f"question {i}"), sampling, json_schema=SCHEMA)
+                                     for i in range(8)))
+    assert engine.batch_sizes == [8]
+    for reply in replies:
+        value = json.loads(reply.text)
+        assert value["tool_name"] in {"python", "wikipedia_search"} and len(value["sub_goal"]) <= 12
+        assert reply.finish_reason == "stop" and reply.token_ids[-1] == engine.tokenizer.eos_token_id
+
+
+async def test_unconstrained_replies_of_the_random_model_are_not_json(engine: TransformersEngine) -> None:
+    sampling = SamplingParams(temperature=1.0, max_tokens=40, seed=1)
+    replies = await asyncio.gather(*(engine.generate(ask(f"question {i}"), sampling) for i in range(8)))
+    assert not any(reply.text.startswith('{"') for reply in replies)  # so the test above tests the mask
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+async def test_logprobs_are_those_of_the_unmasked_policy(engine: TransformersEngine, temperature: float) -> None:
+    """What the trainer recomputes without a mask; the importance ratio of a fresh sample is exactly 1."""
+    sampling = SamplingParams(temperature=temperature, max_tokens=60, seed=2)
+    reply = await engine.generate(ask("the cat"), sampling, json_schema=SCHEMA)
+    recomputed = recomputed_logprobs(engine, reply.prompt_token_ids, reply.token_ids, temperature)
+    assert torch.allclose(torch.tensor(reply.logprobs), recomputed, atol=1e-4)
+    assert min(reply.logprobs) < -1.0  # forced tokens are unlikely for the unmasked random model
+
+
+async def test_requests_with_and_without_a_schema_are_batched_apart(engine: TransformersEngine) -> None:
+    sampling = SamplingParams(temperature=0.0, max_tokens=80)
+    free, constrained = await asyncio.gather(engine.generate(ask("a"), sampling),
+                                             engine.generate(ask("a"), sampling, json_schema=SCHEMA))
+    assert sorted(engine.batch_sizes) == [1, 1]
+    assert json.loads(constrained.text)["tool_name"] and free.text != constrained.text
+
+
+async def test_an_unusable_schema_is_a_bad_request(engine: TransformersEngine) -> None:
+    with pytest.raises(EngineBadRequestError, match="not usable for constrained decoding"):
+        await engine.generate(ask("a"), SamplingParams(max_tokens=5), json_schema={"type": "no-such-type"})
+
+
+def test_constrained_decoding_can_be_switched_off() -> None:
+    tokenizer = byte_tokenizer()
+    engine = TransformersEngine(TransformersEngineConfig(device="cpu", json_schema=False),
+                                model=tiny_model(tokenizer), tokenizer=tokenizer)
+    assert not engine.supports_json_schema
+
+
+@pytest.mark.slow
+async def test_bundled_planner_replies_name_an_enabled_tool() -> None:
+    engine = TransformersEngine(TransformersEngineConfig(device="cpu", max_batch_size=8))
+    tools = {"python": "Runs Python code.", "wikipedia_search": "Searches Wikipedia.",
+             "base_generator": "Answers from its own knowledge."}
+    questions = ["What is 6873 * 683?", "What nationality was Frédéric Chopin?", "Who wrote Hamlet?",
+                 "How many primes are below 100?"]
+    schema = planner_schema(list(tools))
+
+    def messages(question: str) -> list[dict[str, str]]:
+        return planner_messages(question=question, analysis="", tool_descriptions=tools, memory="(none)", turn=1,
+                                max_turns=1)
+
+    try:
+        replies = await asyncio.gather(*(
+            engine.generate(messages(q), SamplingParams(temperature=1.0, max_tokens=64, seed=i), json_schema=schema)
+            for i, q in enumerate(questions)))
+    finally:
+        await engine.aclose()
+    for reply in replies:
+        step = parse_planner_reply(reply.text, list(tools))
+        assert step.tool_name in tools and step.well_formed, reply.text
