@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from agentflow.generator import extract_answer
@@ -52,3 +54,27 @@ def test_memory_shows_errors_and_always_the_newest_step():
     memory = FlowMemory(question="q")
     memory.add(MemoryEntry(turn=1, sub_goal="g", tool="python", error="ZeroDivisionError"))
     assert "error: ZeroDivisionError" in memory.render(token_budget=1, result_chars=100)
+
+
+def test_executor_sees_the_tools_worked_examples_as_prior_exchanges():
+    from agentflow.executor import executor_messages
+    from agentflow.tools.base import create_tool
+
+    tool = create_tool("wikipedia_search", {})
+    messages = executor_messages(question="What nationality was Chopin?", context="", sub_goal="find it", tool=tool)
+    assert [m["role"] for m in messages] == ["system"] + ["user", "assistant"] * len(tool.examples) + ["user"]
+    for example, answer in zip(tool.examples, messages[2:-1:2], strict=True):
+        assert json.loads(answer["content"]) == example.input
+    assert "What nationality was Chopin?" in messages[-1]["content"]
+
+
+@pytest.mark.parametrize("name", ["python", "wikipedia_search", "base_generator", "web_search"])
+def test_every_worked_example_is_a_valid_executor_reply(name):
+    from agentflow.tools.base import create_tool
+
+    tool = create_tool(name, {})
+    assert tool.examples
+    for example in tool.examples:
+        tool.parse_input(example.input)
+        assert set(example.input) <= set(tool.executor_schema()["properties"])
+    assert tool.card()["examples"] == [e.model_dump() for e in tool.examples]

@@ -21,19 +21,28 @@ EXECUTOR_SYSTEM = (
 
 
 def executor_messages(*, question: str, context: str, sub_goal: str, tool: Tool) -> list[Message]:
+    """The executor's prompt; the tool's first worked example, if any, comes first as a prior exchange."""
     card = tool.card()
     schema = json.dumps(card["input_schema"].get("properties", {}), ensure_ascii=False)
-    parts = [
-        f"Question: {question}",
-        f"Context: {context}" if context else "",
-        f"Sub-goal: {sub_goal}",
-        f"Tool: {card['name']} - {card['description']}",
-        f"Input fields: {schema}",
-        f"Best practices: {card['best_practices']}" if card["best_practices"] else "",
-        f"Write the JSON input for {card['name']} that achieves the sub-goal.",
-    ]
-    return [{"role": "system", "content": EXECUTOR_SYSTEM},
-            {"role": "user", "content": "\n\n".join(p for p in parts if p)}]
+
+    def task(question: str, context: str, sub_goal: str) -> str:
+        parts = [
+            f"Question: {question}",
+            f"Context: {context}" if context else "",
+            f"Sub-goal: {sub_goal}",
+            f"Tool: {card['name']} - {card['description']}",
+            f"Input fields: {schema}",
+            f"Best practices: {card['best_practices']}" if card["best_practices"] else "",
+            f"Write the JSON input for {card['name']} that achieves the sub-goal.",
+        ]
+        return "\n\n".join(p for p in parts if p)
+
+    messages: list[Message] = [{"role": "system", "content": EXECUTOR_SYSTEM}]
+    for example in tool.examples:
+        messages += [{"role": "user", "content": task(example.question, "", example.sub_goal)},
+                     {"role": "assistant", "content": json.dumps(example.input, ensure_ascii=False)}]
+    messages.append({"role": "user", "content": task(question, context, sub_goal)})
+    return messages
 
 
 def fallback_field(tool: Tool) -> str | None:

@@ -38,6 +38,16 @@ class ToolResult(BaseModel):
     llm_calls: list[dict[str, Any]] = Field(default_factory=list, description="Prompts and replies of LLM calls.")
 
 
+class ToolExample(BaseModel):
+    """One worked call: for this question and sub-goal, this input. The executor sees it before its task."""
+
+    model_config = ConfigDict(frozen=True)
+
+    question: str
+    sub_goal: str
+    input: dict[str, Any]
+
+
 class ToolSettings(BaseModel):
     """Per-tool settings from the config file; subclasses add fields."""
 
@@ -58,6 +68,10 @@ class Tool(abc.ABC):
     uses_llm: ClassVar[bool] = False
     #: Input field the planner's sub-goal fills when the executor's reply is unusable (None: infer it).
     fallback_field: ClassVar[str | None] = None
+    #: Worked calls (in the executor's reply format, see `executor_schema`), shown to the executor as prior
+    #: exchanges: small models copy the shape of the input (one print, a question naming the subject) instead
+    #: of inventing one. With a single example the bundled 135M model copies the example's own name.
+    examples: ClassVar[tuple[ToolExample, ...]] = ()
 
     def __init__(self, settings: ToolSettings | None = None) -> None:
         self.settings = settings if settings is not None else self.settings_model()
@@ -71,6 +85,7 @@ class Tool(abc.ABC):
             "output": self.output_description,
             "limitations": self.limitations,
             "best_practices": self.best_practices,
+            "examples": [example.model_dump() for example in self.examples],
         }
 
     def executor_schema(self) -> dict[str, Any]:

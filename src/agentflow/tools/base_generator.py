@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentflow.engines.base import Message
 from agentflow.errors import ConfigError, ToolError
-from agentflow.tools.base import Tool, ToolContext, ToolResult, register_tool
+from agentflow.tools.base import Tool, ToolContext, ToolExample, ToolResult, register_tool
 
 BASE_GENERATOR_SYSTEM = "Answer the question directly and concisely. If you are not sure, say so."
 
@@ -26,6 +26,9 @@ class BaseGeneratorTool(Tool):
     output_description = "The model's answer as text."
     limitations = "No sources and no computation: the answer may be wrong or out of date."
     best_practices = "Ask one clear, self-contained question."
+    examples = (ToolExample(question="Why does a spoon look bent in a glass of water?",
+                            sub_goal="Explain the optical effect", input={"query": "Why does light bend when it "
+                                                                         "passes from water into air?"}),)
     uses_llm = True
 
     async def run(self, args: BaseGeneratorInput, ctx: ToolContext) -> ToolResult:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agentflow.engines.base import Message
 from agentflow.errors import ConfigError, ToolError, ToolTimeoutError
 from agentflow.sandbox import SandboxResult, run_python_sandboxed
-from agentflow.tools.base import Tool, ToolContext, ToolResult, ToolSettings, register_tool
+from agentflow.tools.base import Tool, ToolContext, ToolExample, ToolResult, ToolSettings, register_tool
 
 CODE_WRITER_SYSTEM = (
     "You write short Python 3 programs. Reply with one ```python code block and nothing else. "
@@ -100,6 +100,7 @@ class PythonTool(Tool):
     settings_model = PythonSettings
     uses_llm = True
     fallback_field = "task"
+    examples = (ToolExample(question="What is 15 * 42?", sub_goal="Compute 15 * 42", input={"code": "print(15 * 42)"}),)
 
     settings: PythonSettings
 

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentflow.errors import ConfigError, ToolError
 from agentflow.tools._http import request_json
-from agentflow.tools.base import Tool, ToolContext, ToolResult, ToolSettings, register_tool
+from agentflow.tools.base import Tool, ToolContext, ToolExample, ToolResult, ToolSettings, register_tool
 
 Backend = Literal["searxng", "serper", "tavily"]
 
@@ -67,6 +67,9 @@ class WebSearchTool(Tool):
     output_description = "A direct answer when the engine gives one, then numbered results: title, URL, snippet."
     limitations = "Snippets are short and may be outdated or wrong; needs a configured search backend."
     best_practices = "Use a short keyword query; check important facts in more than one result."
+    examples = (ToolExample(question="Which country won the 2022 FIFA World Cup?",
+                            sub_goal="Find the winner of the 2022 World Cup",
+                            input={"query": "2022 FIFA World Cup final"}),)
     settings_model = WebSearchSettings
 
     settings: WebSearchSettings

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentflow.errors import ToolError
 from agentflow.tools._http import USER_AGENT, request_json
-from agentflow.tools.base import Tool, ToolContext, ToolResult, ToolSettings, register_tool
+from agentflow.tools.base import Tool, ToolContext, ToolExample, ToolResult, ToolSettings, register_tool
 from agentflow.wiki_index import WikiHit, WikiIndex, get_index
 
 
@@ -49,7 +49,13 @@ class WikipediaSearchTool(Tool):
     output_description = "Up to top_k articles: title and the start of the article's summary."
     limitations = ("Keyword search over article summaries (offline: about 10,000 vital articles), "
                    "so details and recent events may be missing.")
-    best_practices = "Search for the specific name or term (e.g. 'Georges Seurat'), not a whole question."
+    best_practices = ("Name the person, place or thing (e.g. 'Georges Seurat'); a short question containing the "
+                      "name also works, the search weighs rare words most.")
+    examples = (ToolExample(question="In which year was the painter Georges Seurat born?",
+                            sub_goal="Find the birth year of Georges Seurat",
+                            input={"query": "In which year was Georges Seurat born?"}),
+                ToolExample(question="Which river flows through Vienna?", sub_goal="Look up Vienna",
+                            input={"query": "Which river flows through Vienna?"}))
     settings_model = WikipediaSettings
 
     settings: WikipediaSettings
