@@ -205,3 +205,30 @@ async def test_tool_check_failure_is_a_clear_config_error(make_flow):
 
     with pytest.raises(ConfigError, match="FOO_API_KEY"):
         await make_flow(role_engine(), tools=[Unconfigured()]).asolve("q")
+
+
+def _menu_order(messages: list[dict[str, str]]) -> list[str]:
+    tools_part = messages[1]["content"].split("Tools:\n")[1].split("\n\n")[0]
+    return [line[2:].split(":")[0] for line in tools_part.splitlines()]
+
+
+async def test_shuffle_tools_orders_the_menu_by_question_variant_and_turn():
+    names = [f"tool_{i}" for i in range(4)]
+    tools = {name: type(f"Echo{i}", (EchoTool,), {"name": name})() for i, name in enumerate(names)}
+
+    async def menus(shuffle: bool, variants: range, question: str = "q") -> list[list[str]]:
+        engine = role_engine(planner=[plan("tool_0")], verifier=[STOP], generator=["<answer>a</answer>"])
+        config = FlowConfig.from_dict({"tools": {n: {} for n in names}, "shuffle_tools": shuffle,
+                                       "query_analysis": False})
+        flow = Flow.from_config(config, engines={"default": engine}, tools=tools)
+        trajectories = [await flow.asolve(question, variant=v) for v in variants]
+        assert [t.variant for t in trajectories] == list(variants)
+        return [_menu_order(t.turns[0].planner.messages) for t in trajectories]
+
+    assert await menus(False, range(5)) == [names] * 5
+    shuffled = await menus(True, range(12))
+    assert all(sorted(order) == names for order in shuffled)
+    assert len({tuple(order) for order in shuffled}) >= 4  # variants see different orders
+    assert len({order[0] for order in shuffled}) >= 3  # and different tools first
+    assert await menus(True, range(12)) == shuffled  # fixed by (question, variant, turn): evaluations repeat
+    assert await menus(True, range(12), question="another q") != shuffled

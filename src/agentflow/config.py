@@ -131,6 +131,10 @@ class FlowConfig(_Strict):
         default_factory=_default_tools, description="Enabled tools by name, each with its settings.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     query_analysis: bool = Field(True, description="Run the planner's query analysis before the first turn.")
+    shuffle_tools: bool = Field(
+        False, description="Show the planner its tool menu in a shuffled order, fixed per question, run variant "
+        "and turn. Small models tend to pick the first tool listed; shuffling removes that position bias and "
+        "lets a trained planner explore every tool.")
     direct_tool_input: bool = Field(
         False, description="Skip the executor model for tools with one main text field (python: task, "
         "wikipedia_search: query, ...): the planner's sub-goal is that field. One model call less per turn; "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections.abc import Callable, Coroutine
 from datetime import datetime, timezone
@@ -138,12 +139,18 @@ class Flow:
             call.seconds = time.perf_counter() - start
         return call
 
-    def _tool_descriptions(self) -> dict[str, str]:
-        return {name: tool.description for name, tool in self.tools.items()}
+    def _tool_descriptions(self, traj: Trajectory, turn: int) -> dict[str, str]:
+        """The planner's tool menu; with `shuffle_tools`, in an order fixed by (question, variant, turn)."""
+        names = list(self.tools)
+        if self.config.shuffle_tools:
+            random.Random(f"{traj.question}\x00{traj.variant}\x00{turn}").shuffle(names)
+        return {name: self.tools[name].description for name in names}
 
-    async def asolve(self, question: str, *, on_event: EventHandler | None = None) -> Trajectory:
+    async def asolve(self, question: str, *, on_event: EventHandler | None = None, variant: int = 0) -> Trajectory:
         """Answer one question. Engine and tool failures are recorded in the trajectory, not raised.
 
+        `variant` tells apart runs of the same question (a trainer's group of rollouts): with `shuffle_tools`
+        it picks the tool-menu order, which is otherwise fixed by the question, so evaluations repeat.
         Raises ValueError for an empty question and ConfigError when a tool is not set up.
         """
         question = question.strip()
@@ -152,7 +159,7 @@ class Flow:
         await self.check()
         emit = on_event or (lambda kind, payload: None)
         limits = self.config.limits
-        traj = Trajectory(question=question, roles=self.roles_record(), tools=list(self.tools),
+        traj = Trajectory(question=question, variant=variant, roles=self.roles_record(), tools=list(self.tools),
                           started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         memory = FlowMemory(question=question)
         start = time.perf_counter()
@@ -204,9 +211,9 @@ class Flow:
 
     async def _turns(self, traj: Trajectory, memory: FlowMemory, emit: EventHandler) -> None:
         limits = self.config.limits
-        descriptions = self._tool_descriptions()
         if self.config.query_analysis:
-            traj.analysis = await self._call("planner", analysis_messages(traj.question, descriptions),
+            traj.analysis = await self._call("planner", analysis_messages(traj.question,
+                                                                          self._tool_descriptions(traj, 0)),
                                              stage="analysis")
             memory.query_analysis = traj.query_analysis = traj.analysis.text.strip()
             emit("analysis", {"text": memory.query_analysis})
@@ -233,7 +240,8 @@ class Flow:
         turn.planner = await self._call(
             "planner",
             planner_messages(question=traj.question, analysis=memory.query_analysis,
-                             tool_descriptions=self._tool_descriptions(), memory=self._render(memory),
+                             tool_descriptions=self._tool_descriptions(traj, turn.index),
+                             memory=self._render(memory),
                              turn=turn.index, max_turns=limits.max_turns),
             stage="planner", json_schema=planner_schema(names))
         step = parse_planner_reply(turn.planner.text, names)

@@ -87,6 +87,7 @@ class Trajectory(BaseModel):
 
     format_version: int = TRAJECTORY_FORMAT_VERSION
     question: str
+    variant: int = Field(0, description="Which run of the question this is (a trainer's rollout index).")
     answer: str = ""
     raw_answer: str = Field("", description="The generator's reply before <answer> extraction.")
     query_analysis: str = ""

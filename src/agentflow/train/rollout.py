@@ -122,7 +122,7 @@ async def run_rollouts(flow: Flow, questions: list[Question], *, group_size: int
 
     async def one(question: Question, index: int) -> Rollout:
         async with gate:
-            trajectory = await flow.asolve(question.question)
+            trajectory = await flow.asolve(question.question, variant=index)
         failure = trajectory.infrastructure_failure
         if failure is not None:
             log.warning("question %s trajectory %d excluded: %s (%s)", question.id, index, failure.kind,

@@ -16,6 +16,7 @@ import logging
 import os
 import socket
 import time
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,7 +118,8 @@ class FlowRunner:
         async with self._gate:
             token = ROLLOUT.set(context)
             try:
-                trajectory = await flow.asolve(question.question)
+                # each rollout of a group has its own request id: a distinct run variant (tool-menu order)
+                trajectory = await flow.asolve(question.question, variant=zlib.crc32(request_id.encode()))
             finally:
                 ROLLOUT.reset(token)
         result = TrajectoryResult(question=question, trajectory=trajectory, score=None, rows=None,
