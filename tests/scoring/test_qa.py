@@ -79,3 +79,16 @@ def test_accepted_answers_forms() -> None:
     assert accepted_answers("['a', 'b']") == ["a", "b"]
     assert accepted_answers("[not a list") == ["[not a list"]
     assert accepted_answers(33) == ["33"]
+
+
+@pytest.mark.parametrize(("prediction", "gold", "correct"), [
+    ("Georgy Zhukov was a Soviet military leader.", "Soviet", True),
+    ("The answer is 4694259", "4694259", True),
+    ("He was a Soviet general", ["Russian", "Soviet"], True),
+    ("Prussians", "Prussian", False),  # whole tokens only
+    ("46942590", "4694259", False),
+    ("", "Soviet", False),
+])
+def test_cover_em_accepts_a_gold_answer_inside_a_sentence(prediction, gold, correct):
+    score = get_scorer("cover_em")(prediction, gold)
+    assert score.correct is correct and score.value == (1.0 if correct else 0.0)

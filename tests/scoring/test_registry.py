@@ -9,7 +9,7 @@ from agentflow.scoring import Score, available_scorers, extract_answer, get_scor
 
 
 def test_builtin_scorers_are_registered() -> None:
-    assert {"exact_match", "f1", "math", "gameof24", "multiple_choice"} <= set(available_scorers())
+    assert {"exact_match", "f1", "cover_em", "math", "gameof24", "multiple_choice"} <= set(available_scorers())
 
 
 def test_unknown_scorer_names_the_available_ones() -> None:

@@ -8,7 +8,7 @@ import unicodedata
 from collections import Counter
 from typing import Any
 
-from agentflow.scoring.base import Score, register_scorer
+from agentflow.scoring.base import Score, binary, register_scorer
 from agentflow.scoring.extract import extract_answer
 
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -91,3 +91,17 @@ def f1(prediction: str, gold: Any) -> Score:
     """QA with a graded reward: the best token F1 over accepted answers (correct still means exact match)."""
     metrics = qa_metrics(prediction, gold)
     return Score(correct=metrics["exact_match"], value=metrics["f1"], details=metrics)
+
+
+COVER_EM = "cover_em"
+
+
+@register_scorer(COVER_EM, description="QA: a gold answer appears in the normalised answer as a whole-token span.")
+def cover_exact_match(prediction: str, gold: Any) -> Score:
+    """Cover exact match (as in Search-R1's evaluation): right when the answer contains a gold answer.
+
+    For generators that answer in a sentence ("Georgy Zhukov was a Soviet military leader"), where exact match
+    would score right answers 0. The shipped tool_use training task uses it.
+    """
+    metrics = qa_metrics(prediction, gold)
+    return binary(bool(metrics["gold_in_prediction"]), **metrics)

@@ -10,7 +10,7 @@ Two kinds, mixed half and half:
   tool. Each item is kept only when searching the offline index for the person's name returns their
   article first (checked at generation time with the tool's own index).
 
-Both kinds are scored with `cover_em` (registered here): correct when the gold answer appears in the
+Both kinds are scored with `cover_em` (`agentflow.scoring.qa`): correct when the gold answer appears in the
 normalised answer as a whole-token span. The bundled 135M generator rarely answers with a bare word
 ("Georgy Zhukov was a Soviet military leader"), so exact match would score correct answers 0; and the
 `math` scorer would accept "6873 * 683" restated from the question, which needs no tool at all.
@@ -30,8 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from agentflow.scoring.base import Score, binary, register_scorer
-from agentflow.scoring.qa import qa_metrics
+from agentflow.scoring.qa import COVER_EM
 
 TASK_NAME = "tool_use"
 SEED = 20251129
@@ -48,16 +47,6 @@ NATIONALITIES = frozenset("""
     Spanish Swedish Swiss Syrian Thai Tunisian Turkish Ugandan Ukrainian Uruguayan Venezuelan Vietnamese Welsh
 """.split())
 """Nationality adjectives accepted as answers (religions, empires and 'American' are not)."""
-
-COVER_EM = "cover_em"
-
-
-@register_scorer(COVER_EM, description="QA: a gold answer appears in the normalised answer as a whole-token span.")
-def cover_exact_match(prediction: str, gold: Any) -> Score:
-    """Cover exact match (as in Search-R1's evaluation): right when the answer contains a gold answer."""
-    metrics = qa_metrics(prediction, gold)
-    return binary(bool(metrics["gold_in_prediction"]), **metrics)
-
 
 _NATIONALITY = re.compile(r"^[^.]*? (was|is) an? ([A-Z][a-z]+) [a-z]")
 
