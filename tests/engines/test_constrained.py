@@ -111,10 +111,12 @@ async def test_bundled_planner_replies_name_an_enabled_tool() -> None:
 
     try:
         replies = await asyncio.gather(*(
-            engine.generate(messages(q), SamplingParams(temperature=1.0, max_tokens=64, seed=i), json_schema=schema)
+            engine.generate(messages(q), SamplingParams(temperature=1.0, max_tokens=96, seed=i), json_schema=schema)
             for i, q in enumerate(questions)))
     finally:
         await engine.aclose()
     for reply in replies:
         step = parse_planner_reply(reply.text, list(tools))
-        assert step.tool_name in tools and step.well_formed, reply.text
+        assert step.tool_name in tools, reply.text
+        if reply.finish_reason == "stop":  # not cut off by max_tokens: a whole, valid reply
+            assert step.well_formed and set(json.loads(reply.text)) == {"tool_name", "sub_goal", "context"}
