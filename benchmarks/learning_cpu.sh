@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Flow-GRPO learning demonstration on CPU: evaluate the frozen bundled planner on the held-out split of the
 # shipped tool_use task, train it inside the live flow, evaluate again, draw the curves.
-#   bash benchmarks/learning_cpu.sh [OUT_DIR] [extra `agentflow train` options, e.g. --max-steps 4]
+#   [CONFIG=FILE] bash benchmarks/learning_cpu.sh [OUT_DIR] [extra `agentflow train` options, e.g. --max-steps 4]
 # Results: OUT_DIR/metrics.jsonl (eval/accuracy_all at step 0 = frozen, at the last step = trained),
 # OUT_DIR/eval/*.jsonl (per question), OUT_DIR/curves.png, OUT_DIR/final/ (adapter, merged model, GGUF).
 set -euo pipefail
+CONFIG=${CONFIG:-src/agentflow/configs/train_cpu_demo.yaml}
 OUT=${1:-runs/learning_cpu}
 shift || true
 export OMP_WAIT_POLICY=PASSIVE TOKENIZERS_PARALLELISM=false
 start=$(date +%s)
-python -m agentflow.train.cli --config src/agentflow/configs/train_cpu_demo.yaml --out "$OUT" "$@"
+python -m agentflow.train.cli --config "$CONFIG" --out "$OUT" "$@"
 python -m agentflow.train.cli plot "$OUT"
 python - "$OUT" "$start" <<'PY'
 import json, sys, time
