@@ -13,6 +13,7 @@ that earned reward, so the trained model also needs the mask less.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from typing import Any
 
@@ -20,6 +21,8 @@ import numpy as np
 import torch
 
 from agentflow.errors import EngineBadRequestError
+
+log = logging.getLogger(__name__)
 
 #: One layout, as `json.dumps` writes it: a weak model cannot spend its token budget on whitespace.
 COMPACT_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
@@ -55,19 +58,17 @@ class SchemaConstraints:
     def processor(self, schema: dict[str, Any], rows: int, prompt_width: int) -> SchemaMask:
         grammar = self.grammar(schema)
         matchers = [self._llguidance.LLMatcher(self._tokenizer, grammar) for _ in range(rows)]
-        return SchemaMask(matchers, prompt_width, self.vocab_size, self.eos_ids)
+        return SchemaMask(matchers, prompt_width, self.eos_ids)
 
 
 class SchemaMask:
     """A transformers logits processor: row i may only continue as its matcher allows."""
 
-    def __init__(self, matchers: list[Any], prompt_width: int, vocab_size: int, eos_ids: list[int]) -> None:
+    def __init__(self, matchers: list[Any], prompt_width: int, eos_ids: list[int]) -> None:
         self.matchers = matchers
         self.prompt_width = prompt_width
-        self.vocab_size = vocab_size
         self.eos_ids = eos_ids
         self.finished = [False] * len(matchers)
-        self.errors: list[str | None] = [None] * len(matchers)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if input_ids.shape[1] > self.prompt_width:  # feed each row the token sampled at the previous step
@@ -76,9 +77,10 @@ class SchemaMask:
                     continue
                 if token in self.eos_ids:
                     self.finished[row] = True
-                elif not self.matchers[row].consume_token(token):
+                elif not self.matchers[row].consume_token(token):  # cannot happen under the mask; never hide it
                     self.finished[row] = True
-                    self.errors[row] = self.matchers[row].get_error() or f"token {token} rejected"
+                    log.warning("constrained decoding: row %d left its grammar (%s); the rest is unconstrained",
+                                row, self.matchers[row].get_error() or f"token {token} rejected")
         allowed = np.zeros((len(self.matchers), scores.shape[1]), dtype=bool)
         for row, matcher in enumerate(self.matchers):
             if self.finished[row]:
