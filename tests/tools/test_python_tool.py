@@ -101,6 +101,7 @@ async def test_task_mode_asks_the_llm_and_runs_its_fenced_code() -> None:
     ("6873 * 683", "4694259"),
     ("x = 6\nx * 7", "42"),
     ("a = 2; a ** 10", "1024"),
+    ("s = 'é'; s * 3", "'ééé'"),
     ("'text'", "'text'"),
     ("print('once')", "once"),
     ("None", ""),

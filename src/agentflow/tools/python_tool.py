@@ -80,7 +80,8 @@ def echo_last_expression(code: str) -> str:
     if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "print":
         return code
     lines = code.splitlines(keepends=True)
-    head = "".join(lines[:last.lineno - 1]) + lines[last.lineno - 1][:last.col_offset]
+    # col_offset counts UTF-8 bytes, not characters
+    head = "".join(lines[:last.lineno - 1]) + lines[last.lineno - 1].encode()[:last.col_offset].decode()
     expression = ast.get_source_segment(code, last.value)
     return (f"{head}__value = ({expression})\n"
             "if __value is not None:\n    print(repr(__value))\n")
