@@ -384,7 +384,7 @@ class TransformersEngine(Engine):
             temperature=1.0 if greedy else sampling.temperature, top_p=sampling.top_p, top_k=0, min_p=None,
             typical_p=1.0, repetition_penalty=1.0, no_repeat_ngram_size=0, num_beams=1,
             eos_token_id=sorted(eos_ids), pad_token_id=self._tokenizer.pad_token_id,
-            output_scores=True, output_logits=True, return_dict_in_generate=True, use_cache=True)
+            output_scores=True, return_dict_in_generate=True, use_cache=True)
 
     def _sample(self, prompts: list[list[int]], sampling: SamplingParams, schema: dict[str, Any] | None = None
                 ) -> list[tuple[list[int], list[float], str]]:
@@ -398,6 +398,7 @@ class TransformersEngine(Engine):
         extra: dict[str, Any] = {"stopping_criteria": _stop_criteria(tokenizer, sampling.stop, width)} \
             if sampling.stop else {}
         if schema is not None:
+            config.output_logits = True  # the unmasked logits, for the log-probs; not kept otherwise
             extra["logits_processor"] = [self._schema_constraints(config).processor(schema, len(prompts), width)]
         rng = torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
         with self.weights_lock, rng, torch.inference_mode():
