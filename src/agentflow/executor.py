@@ -21,7 +21,7 @@ EXECUTOR_SYSTEM = (
 
 
 def executor_messages(*, question: str, context: str, sub_goal: str, tool: Tool) -> list[Message]:
-    """The executor's prompt; the tool's first worked example, if any, comes first as a prior exchange."""
+    """The executor's prompt; the tool's worked examples, if any, come first as prior exchanges."""
     card = tool.card()
     schema = json.dumps(card["input_schema"].get("properties", {}), ensure_ascii=False)
 
