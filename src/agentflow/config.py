@@ -75,6 +75,8 @@ class TransformersEngineConfig(_Strict):
     json_schema: bool = Field(True, description="Constrain replies to the JSON schema a role asks for (the "
                               "planner's tool enum, the executor's tool input) with llguidance; false = free "
                               "text, parsed tolerantly.")
+    seed: int | None = Field(None, description="Start of the engine's sampling stream (unseeded requests draw "
+                             "from it, call after call); None: fresh OS entropy. A trainer sets its run seed.")
 
 
 EngineConfig = Annotated[

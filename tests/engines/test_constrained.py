@@ -16,7 +16,7 @@ from agentflow.engines.base import SamplingParams
 from agentflow.engines.hf import TransformersEngine
 from agentflow.errors import EngineBadRequestError
 from agentflow.planner import parse_planner_reply, planner_messages, planner_schema
-from tests.engines.test_hf import CHAT_TEMPLATE, ask, recomputed_logprobs, tiny_model
+from tests.engines.test_hf import CHAT_TEMPLATE, ask, tiny_model
 
 SCHEMA = {
     "type": "object",
@@ -66,14 +66,50 @@ async def test_unconstrained_replies_of_the_random_model_are_not_json(engine: Tr
     assert not any(reply.text.startswith('{"') for reply in replies)  # so the test above tests the mask
 
 
+def masked_logprobs(engine: TransformersEngine, reply, temperature: float, schema=SCHEMA) -> torch.Tensor:
+    """The trainer's view: a forward pass over prompt + reply, log softmax of logits / T over the tokens the
+    replayed schema allowed at each position."""
+    prompt, tokens = reply.prompt_token_ids, reply.token_ids
+    ids = torch.tensor([prompt + tokens])
+    with torch.no_grad():
+        logits = engine.model(input_ids=ids).logits[0, len(prompt) - 1: -1]
+    scaled = logits / temperature if temperature > 0 else logits
+    allowed = engine.allowed_tokens(schema, tokens)
+    scaled = scaled.masked_fill(~allowed, float("-inf"))
+    return torch.log_softmax(scaled, dim=-1).gather(1, torch.tensor(tokens)[:, None]).squeeze(1)
+
+
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
-async def test_logprobs_are_those_of_the_unmasked_policy(engine: TransformersEngine, temperature: float) -> None:
-    """What the trainer recomputes without a mask; the importance ratio of a fresh sample is exactly 1."""
+async def test_logprobs_are_those_of_the_masked_distribution_sampled_from(engine: TransformersEngine,
+                                                                           temperature: float) -> None:
+    """Regression: the engine reported the unmasked model's log-probs, so forced tokens looked like choices
+    (and the trainer pushed probability onto tokens the sampler could never emit). Now the reported numbers
+    are those of the masked distribution, which the trainer rebuilds from the ids: the ratio is exactly 1."""
     sampling = SamplingParams(temperature=temperature, max_tokens=60, seed=2)
     reply = await engine.generate(ask("the cat"), sampling, json_schema=SCHEMA)
-    recomputed = recomputed_logprobs(engine, reply.prompt_token_ids, reply.token_ids, temperature)
+    recomputed = masked_logprobs(engine, reply, temperature)
     assert torch.allclose(torch.tensor(reply.logprobs), recomputed, atol=1e-4)
-    assert min(reply.logprobs) < -1.0  # forced tokens are unlikely for the unmasked random model
+    allowed = engine.allowed_tokens(SCHEMA, reply.token_ids)
+    forced = allowed.sum(-1) == 1
+    assert forced[:3].all() and not forced.all()  # '{"tool_name": "' is forced; the tool is a choice
+    assert all(reply.logprobs[i] == 0.0 for i in forced.nonzero().flatten().tolist())
+
+
+def test_replay_rebuilds_the_masks_decoding_applied(engine: TransformersEngine) -> None:
+    tokenizer = engine.tokenizer
+    text = '{"tool_name": "python", "sub_goal": "add"}'
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    allowed = engine.allowed_tokens(SCHEMA, ids)
+    assert allowed.shape == (len(ids), engine.model.get_output_embeddings().weight.shape[0])
+    assert all(allowed[t, token] for t, token in enumerate(ids))  # every drawn token was allowed
+    quote = tokenizer.convert_tokens_to_ids('"')
+    opening = tokenizer.convert_tokens_to_ids("{")
+    assert allowed[0].nonzero().flatten().tolist() == [opening]
+    choice = len(tokenizer('{"tool_name": "', add_special_tokens=False)["input_ids"])
+    p, w = tokenizer.convert_tokens_to_ids("p"), tokenizer.convert_tokens_to_ids("w")
+    assert sorted(allowed[choice].nonzero().flatten().tolist()) == sorted([p, w])
+    assert allowed[-1].nonzero().flatten().tolist() == [tokenizer.eos_token_id]  # complete: only the end
+    assert not allowed[choice, quote]
 
 
 async def test_requests_with_and_without_a_schema_are_batched_apart(engine: TransformersEngine) -> None:

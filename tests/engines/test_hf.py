@@ -157,6 +157,39 @@ async def test_seed_reproduces_and_leaves_the_global_rng_alone(engine: Transform
     assert torch.equal(state, torch.get_rng_state())
 
 
+async def test_unseeded_calls_draw_fresh_samples_and_leave_the_global_rng_alone(engine: TransformersEngine) -> None:
+    """Regression: sampling under a forked RNG used to restart from the same global state on every call, so
+    the same prompt got the same 'random' reply, call after call (and rollout groups were copies)."""
+    sampling = SamplingParams(temperature=1.0, max_tokens=12)
+    state = torch.get_rng_state()
+    replies = [await engine.generate(ask("green tool"), sampling) for _ in range(3)]
+    assert len({tuple(r.token_ids or []) for r in replies}) == 3
+    assert torch.equal(state, torch.get_rng_state())
+
+
+async def test_sampling_stream_restarts_from_its_seed_and_resumes_from_a_saved_state() -> None:
+    tokenizer = tiny_tokenizer()
+    model = tiny_model(tokenizer)
+
+    def make(seed: int) -> TransformersEngine:
+        return TransformersEngine(TransformersEngineConfig(device="cpu", seed=seed), model=model, tokenizer=tokenizer)
+
+    sampling = SamplingParams(temperature=1.0, max_tokens=10)
+
+    async def draw(engine: TransformersEngine, n: int) -> list[list[int]]:
+        return [(await engine.generate(ask(f"the {w}"), sampling)).token_ids or [] for w in WORDS[:n]]
+
+    uninterrupted = await draw(make(5), 4)
+    assert uninterrupted == await draw(make(5), 4)
+    assert uninterrupted != await draw(make(6), 4)
+    interrupted = make(5)
+    first = await draw(interrupted, 2)
+    resumed = make(99)
+    resumed.load_sampling_state(interrupted.sampling_state())
+    rest = [(await resumed.generate(ask(f"the {w}"), sampling)).token_ids for w in WORDS[2:4]]
+    assert first + rest == uninterrupted
+
+
 async def test_generation_waits_for_a_weight_update(engine: TransformersEngine) -> None:
     entered, release = threading.Event(), threading.Event()
     finished_update: list[float] = []

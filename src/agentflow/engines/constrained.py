@@ -4,10 +4,12 @@ Each row of a batched `generate` gets its own llguidance matcher; before every s
 scores are masked to the tokens its schema allows next, and the sampled token is fed back to the matcher on
 the following step. Once the matcher has completed the JSON value, only an end-of-sequence token remains.
 
-The mask only restricts what is drawn. The log-probs the engine reports are those of the unmasked policy
-(log softmax of logits / T), which is what a trainer recomputes from the same ids: the importance ratio of
-on-policy samples starts at exactly 1, and the gradient raises the model's own probability of the tokens
-that earned reward, so the trained model also needs the mask less.
+The policy that acts is the masked one: tokens are drawn from q = softmax over the allowed tokens of
+logits / T, and q is what the engine reports log-probs of and what a trainer must differentiate. A token the
+grammar forces (the only one allowed) has q = 1: log q = 0 whatever the weights, so it carries no gradient;
+at a choice such as the tool name, the gradient moves probability only among the names the sampler can emit.
+`SchemaConstraints.replay` rebuilds the masks of a finished reply from its token ids, with the same rules as
+decoding (`next_token_mask`), so the trainer recomputes exactly the distribution the rollout sampled from.
 """
 
 from __future__ import annotations
@@ -55,10 +57,47 @@ class SchemaConstraints:
                 self._grammars[key] = grammar
             return self._grammars[key]
 
+    def matcher(self, schema: dict[str, Any]) -> Any:
+        return self._llguidance.LLMatcher(self._tokenizer, self.grammar(schema))
+
     def processor(self, schema: dict[str, Any], rows: int, prompt_width: int) -> SchemaMask:
-        grammar = self.grammar(schema)
-        matchers = [self._llguidance.LLMatcher(self._tokenizer, grammar) for _ in range(rows)]
-        return SchemaMask(matchers, prompt_width, self.eos_ids)
+        return SchemaMask([self.matcher(schema) for _ in range(rows)], prompt_width, self.eos_ids)
+
+    def replay(self, schema: dict[str, Any], token_ids: list[int]) -> np.ndarray:
+        """The (len(token_ids), vocab) boolean masks decoding applied before drawing each of `token_ids`."""
+        matcher = self.matcher(schema)
+        masks = np.ones((len(token_ids), self.vocab_size), dtype=bool)
+        finished = False
+        for position, token in enumerate(token_ids):
+            if finished:
+                break  # everything after an end of sequence or a rejected token was drawn unconstrained
+            masks[position] = next_token_mask(matcher, self.vocab_size, self.eos_ids)
+            finished = advance(matcher, token, self.eos_ids)
+        return masks
+
+
+def next_token_mask(matcher: Any, vocab_size: int, eos_ids: list[int]) -> np.ndarray:
+    """The tokens the schema allows next: those extending valid JSON, or only end-of-sequence once complete."""
+    allowed = np.zeros(vocab_size, dtype=bool)
+    if matcher.is_stopped():
+        allowed[eos_ids] = True
+        return allowed
+    bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
+    width = min(vocab_size, bits.shape[0])
+    allowed[:width] = bits[:width].astype(bool)
+    return allowed
+
+
+def advance(matcher: Any, token: int, eos_ids: list[int]) -> bool:
+    """Feed the drawn token to the matcher; True when the row is finished (end of sequence, or it left the
+    grammar, which cannot happen under the mask and is logged, never hidden)."""
+    if token in eos_ids:
+        return True
+    if matcher.consume_token(token):
+        return False
+    log.warning("constrained decoding: a row left its grammar (%s); the rest is unconstrained",
+                matcher.get_error() or f"token {token} rejected")
+    return True
 
 
 class SchemaMask:
@@ -73,23 +112,11 @@ class SchemaMask:
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if input_ids.shape[1] > self.prompt_width:  # feed each row the token sampled at the previous step
             for row, token in enumerate(input_ids[:, -1].tolist()):
-                if self.finished[row]:
-                    continue
-                if token in self.eos_ids:
-                    self.finished[row] = True
-                elif not self.matchers[row].consume_token(token):  # cannot happen under the mask; never hide it
-                    self.finished[row] = True
-                    log.warning("constrained decoding: row %d left its grammar (%s); the rest is unconstrained",
-                                row, self.matchers[row].get_error() or f"token {token} rejected")
-        allowed = np.zeros((len(self.matchers), scores.shape[1]), dtype=bool)
+                if not self.finished[row]:
+                    self.finished[row] = advance(self.matchers[row], token, self.eos_ids)
+        allowed = np.ones((len(self.matchers), scores.shape[1]), dtype=bool)
         for row, matcher in enumerate(self.matchers):
-            if self.finished[row]:
-                allowed[row] = True  # generate pads a finished row; what it would draw does not matter
-            elif matcher.is_stopped():
-                allowed[row, self.eos_ids] = True
-            else:
-                bits = np.unpackbits(np.frombuffer(matcher.compute_bitmask(), dtype=np.uint8), bitorder="little")
-                width = min(scores.shape[1], bits.shape[0])
-                allowed[row, :width] = bits[:width].astype(bool)
+            if not self.finished[row]:  # generate pads a finished row; what it would draw does not matter
+                allowed[row] = next_token_mask(matcher, scores.shape[1], self.eos_ids)
         mask = torch.from_numpy(allowed).to(scores.device)
         return scores.masked_fill(~mask, float("-inf"))

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import queue
 import shutil
 import tempfile
@@ -35,7 +36,7 @@ from agentflow.engines.base import Completion, Engine, Message, SamplingParams
 from agentflow.engines.constrained import SchemaConstraints
 from agentflow.errors import (
     ConfigError,
-    EngineBadRequestError,
+    EngineContextOverflowError,
     EngineError,
     EngineServerError,
     EngineUnavailableError,
@@ -201,18 +202,21 @@ _STOP = object()
 class TransformersEngine(Engine):
     """A transformers causal LM behind the Engine interface, with request batching.
 
-    Log-probs: each returned log-prob is log softmax of the scores `generate` sampled from, i.e. of
-    logits / temperature with tokens outside the top-p nucleus removed (the nucleus renormalised). With
-    top_p = 1 this equals a trainer's recomputation log_softmax(logits / T). At temperature 0 (greedy) it is
-    the raw model log-prob (T = 1). Under a JSON schema the mask is not part of the policy: the log-prob is
-    log_softmax(logits / T) of the unmasked model (see `engines/constrained.py`). Token ids run up to and
-    including the first end-of-sequence token, which is part of what the policy chose; padding after it is
-    dropped.
+    Log-probs: each returned log-prob is that of the sampled token under the distribution it was drawn from:
+    log softmax of logits / temperature over the tokens allowed to be drawn, i.e. within the top-p nucleus
+    (renormalised) and, under a JSON schema, within the tokens the schema allows next (see
+    `engines/constrained.py`; a token the schema forces has log-prob 0). With top_p = 1 a trainer recomputes
+    the same numbers from the ids (`allowed_tokens` rebuilds the schema's masks). At temperature 0 (greedy)
+    they are the (masked) raw model log-probs (T = 1). Token ids run up to and including the first
+    end-of-sequence token, which is part of what the policy chose; padding after it is dropped.
 
-    `seed`: a group with a seed is generated under a forked RNG seeded with it, so the same requests in the
-    same batch reproduce; the trainer's global RNG is left untouched.
+    Randomness: unseeded requests draw from the engine's own random stream, which continues from one
+    `generate` call to the next (so repeated prompts get fresh samples) and never disturbs the process-wide
+    torch RNG. It starts from `config.seed` (`seed_sampling` restarts it; a trainer passes its run seed) or,
+    without one, from fresh OS entropy; `sampling_state` / `load_sampling_state` save and restore it, so a
+    resumed training run continues the same stream. A request with its own `seed` is drawn under that seed
+    alone (the same requests in the same batch reproduce) and leaves the stream untouched.
     """
-
 
     def __init__(self, config: TransformersEngineConfig | None = None, *, model: Any = None,
                  tokenizer: Any = None, batch_wait_s: float = BATCH_WAIT_S) -> None:
@@ -226,6 +230,7 @@ class TransformersEngine(Engine):
             self.model_name = self.config.model or str(getattr(model, "name_or_path", "") or type(model).__name__)
         self.supports_json_schema = self.config.json_schema
         self._constraints: SchemaConstraints | None = None
+        self._constraints_lock = threading.Lock()
         self.device = resolve_device(self.config.device)
         self.dtype = resolve_dtype(self.config.dtype, self.device)
         self._model = model
@@ -243,6 +248,9 @@ class TransformersEngine(Engine):
         self._closed = False
         self.batch_sizes: list[int] = []
         """Rows of each generate call so far (for tests and benchmarks)."""
+        self._sampling_state: dict[str, torch.Tensor] | None = None
+        seed = self.config.seed if self.config.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+        self.seed_sampling(seed)
 
     # -- model access ------------------------------------------------------------------------------------------
 
@@ -278,6 +286,37 @@ class TransformersEngine(Engine):
         """Record that the weights changed: later completions come from the new policy."""
         self.weights_version += 1
         log.debug("policy weights updated (version %d)", self.weights_version)
+
+    # -- the sampling stream ----------------------------------------------------------------------------------
+
+    def _rng_devices(self) -> list[torch.device]:
+        return [self.device] if self.device.type == "cuda" else []
+
+    def _capture_rng(self) -> dict[str, torch.Tensor]:
+        state = {"cpu": torch.get_rng_state()}
+        if self.device.type == "cuda":
+            state["cuda"] = torch.cuda.get_rng_state(self.device)
+        return state
+
+    def _restore_rng(self, state: dict[str, torch.Tensor]) -> None:
+        torch.set_rng_state(state["cpu"])
+        if self.device.type == "cuda" and "cuda" in state:
+            torch.cuda.set_rng_state(state["cuda"], self.device)
+
+    def seed_sampling(self, seed: int) -> None:
+        """Restart the engine's sampling stream from `seed`."""
+        with torch.random.fork_rng(devices=self._rng_devices()):
+            torch.manual_seed(seed)
+            self._sampling_state = self._capture_rng()
+
+    def sampling_state(self) -> dict[str, torch.Tensor]:
+        """The sampling stream's current state (for checkpoints)."""
+        assert self._sampling_state is not None
+        return {key: value.clone() for key, value in self._sampling_state.items()}
+
+    def load_sampling_state(self, state: dict[str, torch.Tensor]) -> None:
+        """Continue the sampling stream from a state `sampling_state` returned."""
+        self._sampling_state = {key: value.clone() for key, value in state.items()}
 
     # -- generation -------------------------------------------------------------------------------------------
 
@@ -349,7 +388,7 @@ class TransformersEngine(Engine):
         rows: list[int] = []
         for i, ids in enumerate(prompts):
             if limit and len(ids) + sampling.max_tokens > limit:
-                results[i] = EngineBadRequestError(
+                results[i] = EngineContextOverflowError(
                     f"prompt ({len(ids)} tokens) + max_tokens ({sampling.max_tokens}) exceeds the model's "
                     f"context ({limit})")
             else:
@@ -374,8 +413,6 @@ class TransformersEngine(Engine):
     def _generation_config(self, sampling: SamplingParams) -> Any:
         from transformers import GenerationConfig
 
-        eos = self._model.generation_config.eos_token_id
-        eos_ids = {*([eos] if isinstance(eos, int) else eos or []), self._tokenizer.eos_token_id} - {None}
         greedy = sampling.temperature == 0.0
         # Every warper is set explicitly: unset values would be filled from the checkpoint's own defaults
         # (top_k=50, say), and the settings sent would not be the settings that act.
@@ -383,7 +420,7 @@ class TransformersEngine(Engine):
             max_new_tokens=sampling.max_tokens, do_sample=not greedy,
             temperature=1.0 if greedy else sampling.temperature, top_p=sampling.top_p, top_k=0, min_p=None,
             typical_p=1.0, repetition_penalty=1.0, no_repeat_ngram_size=0, num_beams=1,
-            eos_token_id=sorted(eos_ids), pad_token_id=self._tokenizer.pad_token_id,
+            eos_token_id=self._eos_ids(), pad_token_id=self._tokenizer.pad_token_id,
             output_scores=True, return_dict_in_generate=True, use_cache=True)
 
     def _sample(self, prompts: list[list[int]], sampling: SamplingParams, schema: dict[str, Any] | None = None
@@ -398,12 +435,14 @@ class TransformersEngine(Engine):
         extra: dict[str, Any] = {"stopping_criteria": _stop_criteria(tokenizer, sampling.stop, width)} \
             if sampling.stop else {}
         if schema is not None:
-            config.output_logits = True  # the unmasked logits, for the log-probs; not kept otherwise
-            extra["logits_processor"] = [self._schema_constraints(config).processor(schema, len(prompts), width)]
-        rng = torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else [])
-        with self.weights_lock, rng, torch.inference_mode():
-            if sampling.seed is not None:
+            extra["logits_processor"] = [self._schema_constraints().processor(schema, len(prompts), width)]
+        with self.weights_lock, torch.random.fork_rng(devices=self._rng_devices()), torch.inference_mode():
+            seeded = sampling.seed is not None
+            if seeded:
                 torch.manual_seed(sampling.seed)
+            else:
+                assert self._sampling_state is not None
+                self._restore_rng(self._sampling_state)
             was_training = self._model.training
             self._model.eval()
             try:
@@ -411,15 +450,12 @@ class TransformersEngine(Engine):
                                            generation_config=config, **extra)
             finally:
                 self._model.train(was_training)
+            if not seeded:
+                self._sampling_state = self._capture_rng()
         generated = out.sequences[:, width:]
-        # log-prob of each chosen token under the policy it was drawn from (see the class docstring)
-        if schema is None:
-            policy = out.scores
-        else:
-            temperature = sampling.temperature or 1.0
-            policy = tuple(logits.float() / temperature for logits in out.logits)
+        # `scores` are what each token was drawn from: logits after the schema mask, temperature and top-p
         steps = [torch.log_softmax(score.float(), dim=-1).gather(1, generated[:, t:t + 1]).squeeze(1)
-                 for t, score in enumerate(policy)]
+                 for t, score in enumerate(out.scores)]
         chosen = torch.stack(steps, dim=1).tolist() if steps else [[] for _ in prompts]
         eos_ids = set(config.eos_token_id)
         results = []
@@ -437,11 +473,24 @@ class TransformersEngine(Engine):
             results.append((ids[:end], chosen[row][:end], finish))
         return results
 
-    def _schema_constraints(self, config: Any) -> SchemaConstraints:
-        if self._constraints is None:
-            vocab = self._model.get_output_embeddings().weight.shape[0]
-            self._constraints = SchemaConstraints(self._tokenizer, vocab, set(config.eos_token_id))
-        return self._constraints
+    def _eos_ids(self) -> list[int]:
+        eos = self._model.generation_config.eos_token_id
+        return sorted({*([eos] if isinstance(eos, int) else eos or []), self._tokenizer.eos_token_id} - {None})
+
+    def _schema_constraints(self) -> SchemaConstraints:
+        with self._constraints_lock:
+            if self._constraints is None:
+                vocab = self._model.get_output_embeddings().weight.shape[0]
+                self._constraints = SchemaConstraints(self._tokenizer, vocab, set(self._eos_ids()))
+            return self._constraints
+
+    def allowed_tokens(self, schema: dict[str, Any], token_ids: list[int]) -> torch.Tensor:
+        """(len(token_ids), vocab) booleans: the tokens the schema allowed before each of `token_ids` was drawn.
+
+        What a trainer needs to recompute the log-probs of a constrained reply under the distribution it was
+        sampled from."""
+        self.load()
+        return torch.from_numpy(self._schema_constraints().replay(schema, token_ids))
 
     async def aclose(self) -> None:
         """Stop the batcher (pending requests fail with EngineUnavailableError). The model stays usable."""
@@ -461,8 +510,8 @@ class TransformersEngine(Engine):
             "dtype": str(self.dtype).removeprefix("torch."),
             "max_batch_size": self.config.max_batch_size,
             "weights_version": self.weights_version,
-            "logprobs": "log softmax(logits / T) within the top-p nucleus (of the unmasked model under a JSON "
-                        "schema); raw model log-probs when greedy",
+            "logprobs": "log softmax(logits / T) over the tokens that could be drawn (top-p nucleus, JSON-schema "
+                        "mask); raw (masked) model log-probs when greedy",
             "json_schema": self.supports_json_schema,
         }
 
