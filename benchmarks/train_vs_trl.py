@@ -24,6 +24,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,13 +55,33 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def phase_peak(device: str, peaks: dict[str, float], name: str | None) -> None:
-    """Record the CUDA peak of the phase that just ended under `name`, and start a new one."""
-    if not device.startswith("cuda"):
-        return
-    if name is not None:
-        peaks[name] = max(peaks.get(name, 0.0), torch.cuda.max_memory_allocated() / 2**20)
-    torch.cuda.reset_peak_memory_stats()
+class PhasePeaks:
+    """Peak memory per phase: CUDA max allocated, or on CPU the largest resident set seen by a sampler
+    thread (every 2 ms) while the phase ran. `mark(name)` closes the phase that ran since the last mark."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda = device.startswith("cuda")
+        self.peaks: dict[str, float] = {}
+        self._current = 0.0
+        self._stop = threading.Event()
+        if not self.cuda:
+            threading.Thread(target=self._sample, daemon=True).start()
+
+    def _sample(self) -> None:
+        page = os.sysconf("SC_PAGE_SIZE")
+        with open("/proc/self/statm") as statm:
+            while not self._stop.wait(0.002):
+                statm.seek(0)
+                self._current = max(self._current, int(statm.read().split()[1]) * page / 2**20)
+
+    def mark(self, name: str | None) -> None:
+        if self.cuda:
+            peak = torch.cuda.max_memory_allocated() / 2**20
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            peak, self._current = self._current, 0.0
+        if name is not None:
+            self.peaks[name] = round(max(self.peaks.get(name, 0.0), peak), 1)
 
 
 def resolve_model(args: argparse.Namespace) -> str:
@@ -123,8 +144,8 @@ def run_ours(args: argparse.Namespace, path: str) -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
     from transformers import GenerationConfig
 
-    from agentflow.train.logprobs import micro_batches, pack_rows, response_logprobs
-    from agentflow.train.losses import clipped_surrogate_loss
+    from agentflow.train.logprobs import micro_batches, pack_rows, plain_lm_head, response_logprobs
+    from agentflow.train.losses import clipped_surrogate_loss, row_weights
 
     model, tokenizer = load(args, path)
     if args.lora:
@@ -137,16 +158,17 @@ def run_ours(args: argparse.Namespace, path: str) -> dict:
             model.enable_input_require_grads()
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-5)
+    chunked = plain_lm_head(model) and not args.full_logits
     n = args.batch * args.group
     texts = prompts(tokenizer, args.batch, args.prompt_len, args.seed)
     gen = GenerationConfig(max_new_tokens=args.completion_len, min_new_tokens=args.completion_len, do_sample=True,
                            temperature=1.0, top_p=1.0, top_k=0, output_scores=True, return_dict_in_generate=True,
                            pad_token_id=tokenizer.pad_token_id)
     phases: dict[str, list[float]] = {"rollout": [], "ref": [], "update": []}
-    peaks: dict[str, float] = {}
+    peaks = PhasePeaks(args.device)
     update_tokens = 0
     for step in range(args.warmup + args.steps):
-        phase_peak(args.device, peaks, None)
+        peaks.mark(None)
         batch = [t for t in texts for _ in range(args.group)]
         enc = tokenizer(batch, return_tensors="pt", padding=True, add_special_tokens=False).to(args.device)
         sync(args.device)
@@ -164,7 +186,7 @@ def run_ours(args: argparse.Namespace, path: str) -> dict:
             rows.append(Row(prompt, generated[i].tolist(), logps[i].tolist()))
         sync(args.device)
         rollout = time.perf_counter() - start
-        phase_peak(args.device, peaks, "rollout")
+        peaks.mark("rollout")
 
         start = time.perf_counter()
         batches = micro_batches(rows, max_rows=n, max_tokens=10**9)
@@ -174,40 +196,39 @@ def run_ours(args: argparse.Namespace, path: str) -> dict:
             with torch.no_grad(), ctx:
                 for idx in batches:
                     packed = pack_rows([rows[i] for i in idx], pad_id=tokenizer.pad_token_id, device=args.device)
-                    lp, _ = response_logprobs(model, packed)
+                    lp, _ = response_logprobs(model, packed, chunked_head=chunked)
                     ref.update({i: lp[j] for j, i in enumerate(idx)})
         sync(args.device)
         ref_s = time.perf_counter() - start
-        phase_peak(args.device, peaks, "ref")
+        peaks.mark("ref")
 
         start = time.perf_counter()
         model.train()
         optimizer.zero_grad(set_to_none=True)
         advantages = torch.randn(n)
-        total = float(sum(len(r.response_ids) for r in rows))
+        # TRL's default loss weighs every token alike: the same weights on our side
+        weights = row_weights("token_mean", response_lengths=torch.tensor([len(r.response_ids) for r in rows]))
         for idx in batches:
             packed = pack_rows([rows[i] for i in idx], pad_id=tokenizer.pad_token_id, device=args.device)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.device.startswith("cuda")):
-                lp, entropy = response_logprobs(model, packed, with_entropy=False)
+                lp, entropy = response_logprobs(model, packed, with_entropy=False, chunked_head=chunked)
             result = clipped_surrogate_loss(
                 logprobs=lp, old_logprobs=packed.old_logprobs, advantages=advantages[idx].to(args.device),
                 mask=packed.response_mask, ref_logprobs=torch.stack([ref[i] for i in idx]) if ref else None,
-                kl_coef=args.beta, normalizer=total)
+                kl_coef=args.beta, weights=weights[idx].to(args.device))
             result.loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         sync(args.device)
         update = time.perf_counter() - start
-        phase_peak(args.device, peaks, "update")
+        peaks.mark("update")
         if step >= args.warmup:
             phases["rollout"].append(rollout)
             phases["ref"].append(ref_s)
             phases["update"].append(update)
             update_tokens = sum(len(r.prompt_ids) + len(r.response_ids) for r in rows)
     result = summarise(phases, update_tokens, args)
-    if peaks:
-        result["peak_memory_mb_by_phase"] = {k: round(v, 1) for k, v in peaks.items()}
-        result["peak_memory_mb"] = round(max(peaks.values()), 1)
+    result["peak_memory_mb_by_phase"] = peaks.peaks
     return result
 
 
@@ -240,22 +261,27 @@ def run_trl(args: argparse.Namespace, path: str) -> dict:
                           processing_class=tokenizer, peft_config=lora_config(args) if args.lora else None)
     timing: dict[str, float] = {"generate": 0.0, "prepare": 0.0}
     counts = {"tokens": 0}
+    peaks = PhasePeaks(args.device)
     original_generate, original_prepare = trainer._generate, trainer._prepare_inputs
 
     def timed_generate(*a, **k):
         sync(args.device)
+        peaks.mark("ref")
         start = time.perf_counter()
         out = original_generate(*a, **k)
         sync(args.device)
         timing["generate"] += time.perf_counter() - start
+        peaks.mark("rollout")
         return out
 
     def timed_prepare(*a, **k):
         sync(args.device)
+        peaks.mark(None)
         start = time.perf_counter()
         out = original_prepare(*a, **k)
         sync(args.device)
         timing["prepare"] += time.perf_counter() - start
+        peaks.mark("ref")
         counts["tokens"] = int(out["prompt_mask"].sum() + out["completion_mask"].sum())
         return out
 
@@ -269,6 +295,7 @@ def run_trl(args: argparse.Namespace, path: str) -> dict:
 
         def on_step_end(self, state_args, state, control, **k):
             sync(args.device)
+            peaks.mark("update")
             step_s = time.perf_counter() - timing["begin"]
             if state.global_step > args.warmup:
                 phases["rollout"].append(timing["generate"])
@@ -278,7 +305,7 @@ def run_trl(args: argparse.Namespace, path: str) -> dict:
 
     trainer.add_callback(Timer())
     trainer.train()
-    return summarise(phases, counts["tokens"], args)
+    return {**summarise(phases, counts["tokens"], args), "peak_memory_mb_by_phase": peaks.peaks}
 
 
 def summarise(phases: dict[str, list[float]], update_tokens: int, args: argparse.Namespace) -> dict:
@@ -303,6 +330,8 @@ def main() -> None:
     parser.add_argument("--full", dest="lora", action="store_false", help="full fine-tuning instead of LoRA")
     parser.add_argument("--gradient-checkpointing", action="store_true",
                         help="recompute activations in backward on both sides (TRL's own default is on)")
+    parser.add_argument("--full-logits", action="store_true", help="ours: the model's own forward makes every "
+                        "row's logits at once (before: how the update peaked 1.5x TRL's memory)")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workdir", default="/tmp/train_vs_trl")

@@ -15,6 +15,7 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime, timezone
 from typing import Any
 
+from agentflow.clock import QuestionClock, question_clock, run_within
 from agentflow.config import FlowConfig, RoleConfig
 from agentflow.engines import Engine, Message, build_engine
 from agentflow.errors import (
@@ -40,6 +41,9 @@ EventHandler = Callable[[str, dict[str, Any]], None]
 
 GENERATOR_RESERVE = 0.25
 """Share of the question's time budget kept for the generator, so a cut-off loop still yields an answer."""
+
+POLICY_ENGINE_ERRORS = frozenset({"context_overflow"})
+"""Engine failures the policy's own choices cause (memory grown past the context): scored, not excluded."""
 
 
 class _EngineFailed(Exception):
@@ -129,7 +133,7 @@ class Flow:
         role_config, engine = self._role(role)
         schema = json_schema if json_schema is not None and engine.supports_json_schema else None
         call = LLMCall(role=role, engine=engine.describe(), sampling=role_config.sampling, messages=messages,
-                       json_schema=schema is not None)
+                       json_schema=schema is not None, response_schema=schema)
         start = time.perf_counter()
         try:
             call.completion = await engine.generate(messages, role_config.sampling, json_schema=schema)
@@ -163,28 +167,34 @@ class Flow:
                           started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
         memory = FlowMemory(question=question)
         start = time.perf_counter()
+        clock = QuestionClock()
         loop_budget = limits.max_seconds * (1 - GENERATOR_RESERVE)
-        await self._bounded(traj, self._turns(traj, memory, emit), timeout=loop_budget, stage="flow",
-                            message=f"turn loop cut off after {loop_budget:.1f}s")
-        if traj.stop_reason != "error":
-            remaining = max(limits.max_seconds - (time.perf_counter() - start), 0.001)
-            await self._bounded(traj, self._generate(traj, memory, emit), timeout=remaining, stage="generator",
-                                message=f"question exceeded {limits.max_seconds:.1f}s")
+        with question_clock(clock):
+            await self._bounded(traj, self._turns(traj, memory, emit), clock=clock, budget=loop_budget,
+                                stage="flow", message=f"turn loop cut off after {loop_budget:.1f}s of its own time")
+            if traj.stop_reason != "error":
+                await self._bounded(traj, self._generate(traj, memory, emit), clock=clock, budget=limits.max_seconds,
+                                    stage="generator",
+                                    message=f"question exceeded {limits.max_seconds:.1f}s of its own time")
         traj.seconds = time.perf_counter() - start
+        traj.queue_seconds = clock.waited_seconds()
         traj.failures += [failure for turn in traj.turns for failure in turn.failures]
         for call in self._all_calls(traj):
             if call.completion is not None:
                 traj.usage.add(call.completion)
         return traj
 
-    async def _bounded(self, traj: Trajectory, phase: Coroutine[Any, Any, None], *, timeout: float, stage: str,
-                       message: str) -> None:
-        """Run one phase of a question under its share of the time budget, recording a cut-off or engine failure."""
+    async def _bounded(self, traj: Trajectory, phase: Coroutine[Any, Any, None], *, clock: QuestionClock,
+                       budget: float, stage: str, message: str) -> None:
+        """Run one phase of a question until the question's own time (queue waits for a shared engine not
+        counted) reaches `budget`, recording a cut-off or an engine failure.
+
+        A cut-off is the policy's doing (its tools, its turns), so it is scored, not excluded."""
         try:
-            await asyncio.wait_for(phase, timeout=timeout)
+            await run_within(phase, clock, budget)
         except asyncio.TimeoutError:
             traj.stop_reason = "timeout"
-            traj.failures.append(Failure(stage=stage, kind=QuestionTimeoutError.kind, infrastructure=True,
+            traj.failures.append(Failure(stage=stage, kind=QuestionTimeoutError.kind, infrastructure=False,
                                          message=message))
         except _EngineFailed as failed:
             self._record_engine_failure(traj, failed)
@@ -194,7 +204,7 @@ class Flow:
         traj.stop_reason = "error"
         turn = traj.turns[-1].index if traj.turns and failed.stage not in ("analysis", "generator") else None
         failure = Failure(stage=failed.stage, kind=failed.error.kind, message=str(failed.error), turn=turn,
-                          infrastructure=True)
+                          infrastructure=failed.error.kind not in POLICY_ENGINE_ERRORS)
         if turn is not None:
             traj.turns[-1].failures.append(failure)
         else:

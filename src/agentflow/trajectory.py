@@ -23,7 +23,11 @@ class Failure(BaseModel):
     kind: str = Field(..., description="Error kind, e.g. 'engine_timeout', 'tool_input', 'parse', 'question_timeout'.")
     message: str
     turn: int | None = None
-    infrastructure: bool = Field(False, description="True when the failure says nothing about the policy.")
+    infrastructure: bool = Field(
+        False, description="True when the failure is outside the policy's control (an engine down or failing "
+        "after its retries, a configuration error): the run says nothing about the policy, so evaluation reports "
+        "it apart and training excludes it. False for what the policy's choices cause (its own time limit, a "
+        "context overflow, tool errors): scored like any other answer.")
 
 
 class LLMCall(BaseModel):
@@ -34,6 +38,9 @@ class LLMCall(BaseModel):
     sampling: SamplingParams
     messages: list[Message]
     json_schema: bool = False
+    response_schema: dict[str, Any] | None = Field(
+        None, description="The JSON schema the reply was constrained to, when it was (a trainer replays it to "
+        "recompute the log-probs of the masked distribution).")
     completion: Completion | None = None
     seconds: float = 0.0
 
@@ -100,6 +107,8 @@ class Trajectory(BaseModel):
     tools: list[str] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     seconds: float = 0.0
+    queue_seconds: float = Field(0.0, description="Of `seconds`, the time spent waiting for a shared engine's "
+                                 "capacity (not counted against the question's time limit).")
     started_at: str = ""
 
     @property

@@ -28,8 +28,9 @@ def test_round_trip_restores_training_state_and_random_streams(tmp_path):
     step(model, optimizer, scheduler)
     random.seed(3)
     np.random.seed(3)
+    stream = {"cpu": torch.Generator().manual_seed(7).get_state()}
     save_checkpoint(tmp_path, step=1, model=model, optimizer=optimizer, scheduler=scheduler,
-                    state={"data_position": 8}, keep=2)
+                    state={"data_position": 8}, keep=2, sampling_state=stream)
     expected = (random.random(), np.random.rand(), torch.rand(1).item())
     step(model, optimizer, scheduler)
     after_two = model.weight.detach().clone()
@@ -37,7 +38,9 @@ def test_round_trip_restores_training_state_and_random_streams(tmp_path):
     fresh, fresh_opt, fresh_sched = make()
     state = load_checkpoint(list_checkpoints(tmp_path)[-1], model=fresh, optimizer=fresh_opt,
                             scheduler=fresh_sched)
+    restored = state.pop("policy_sampling")
     assert state == {"step": 1, "data_position": 8}
+    assert torch.equal(restored["cpu"], stream["cpu"])  # the policy engine's sampling stream continues
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
     step(fresh, fresh_opt, fresh_sched)
     assert torch.allclose(fresh.weight, after_two)

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from agentflow.train.losses import clipped_surrogate_loss, kl_k1, kl_k2, kl_k3
+from agentflow.train.losses import clipped_surrogate_loss, kl_k1, kl_k2, kl_k3, row_weights
 
 # Row 0: advantage +1, token ratios 1.5 and 0.5.
 # Row 1: advantage -1, one token of ratio 1.5 (the second is padding).
@@ -16,7 +16,8 @@ ADV = torch.tensor([1.0, -1.0])
 
 
 def loss(**kw):
-    args = dict(logprobs=NEW, old_logprobs=OLD, advantages=ADV, mask=MASK, clip_low=0.2, clip_high=0.28)
+    args = dict(logprobs=NEW, old_logprobs=OLD, advantages=ADV, mask=MASK, clip_low=0.2, clip_high=0.28,
+                aggregation="token_mean")
     args.update(kw)
     return clipped_surrogate_loss(**args)
 
@@ -38,7 +39,7 @@ def test_negative_advantage_clips_low():
     # ratio 0.5 with A = -1: -min(-0.5, -0.8) = 0.8
     out = clipped_surrogate_loss(logprobs=NEW[:1, 1:], old_logprobs=OLD[:1, 1:],
                                  advantages=torch.tensor([-1.0]), mask=MASK[:1, 1:], clip_low=0.2,
-                                 clip_high=0.28)
+                                 clip_high=0.28, row_trajectory=torch.tensor([0]))
     assert out.loss.item() == pytest.approx(0.8, abs=1e-5)
     assert out.metrics["clip_fraction"] == 1.0
 
@@ -65,18 +66,63 @@ def test_gradient_at_ratio_one_is_minus_advantage_over_tokens():
     assert logprobs.grad.flatten().tolist() == pytest.approx([-1 / 3, -1 / 3, 1 / 3, 0.0], abs=1e-6)
 
 
-@pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_mean"])
+def test_trajectory_turn_token_mean_is_the_papers_normalisation():
+    """1/G sum_i 1/T_i sum_t 1/|a_it| sum_tokens: trajectory 0 has two turns (rows 0, 1), trajectory 1 one
+    (row 2). Per-token loss is -A at ratio 1, so each row contributes -A_row."""
+    logprobs = torch.zeros(3, 3)
+    mask = torch.tensor([[1, 1, 1], [0, 0, 1], [0, 1, 1]])
+    advantages = torch.tensor([1.0, 1.0, -1.0])
+    out = clipped_surrogate_loss(logprobs=logprobs, old_logprobs=logprobs, advantages=advantages, mask=mask,
+                                 row_trajectory=torch.tensor([0, 0, 1]))
+    assert out.loss.item() == pytest.approx((0.5 * (-1 - 1) + 1) / 2)
+    weights = row_weights("trajectory_turn_token_mean", response_lengths=mask.sum(1),
+                          row_trajectory=torch.tensor([0, 0, 1]))
+    assert weights.tolist() == pytest.approx([1 / (2 * 2 * 3), 1 / (2 * 2 * 1), 1 / (2 * 1 * 2)])
+
+
+def test_each_aggregation_weighs_a_trajectory_as_documented():
+    """A long trajectory (3 turns of 4 tokens) against a short one (1 turn of 1 token), same advantage: the
+    share of the long one in the loss is 1/2 (paper), 12/13 (token_mean), 3/4 (seq_mean_token_mean)."""
+    lengths = torch.tensor([4, 4, 4, 1])
+    trajectory = torch.tensor([0, 0, 0, 1])
+
+    def share(aggregation):
+        w = row_weights(aggregation, response_lengths=lengths, row_trajectory=trajectory) * lengths
+        return (w[:3].sum() / w.sum()).item()
+
+    assert share("trajectory_turn_token_mean") == pytest.approx(1 / 2)
+    assert share("token_mean") == pytest.approx(12 / 13)
+    assert share("seq_mean_token_mean") == pytest.approx(3 / 4)
+
+
+def test_weights_count_every_trajectory_of_the_batch_not_only_the_rows_kept():
+    """Regression: the normaliser was taken after rows with zero advantage were dropped, so a batch with one
+    informative group out of B was scaled up B times. With the batch's trajectory count the kept row keeps
+    the weight it has in the full batch."""
+    lengths, trajectory = torch.tensor([2, 2, 2, 2]), torch.tensor([0, 1, 2, 3])
+    full = row_weights("trajectory_turn_token_mean", response_lengths=lengths, row_trajectory=trajectory)
+    kept = row_weights("trajectory_turn_token_mean", response_lengths=lengths[:1], row_trajectory=trajectory[:1],
+                       trajectories=4)
+    assert kept.item() == pytest.approx(full[0].item()) == pytest.approx(1 / 8)
+    with pytest.raises(ValueError, match="trajectories=1 but the rows come from 2"):
+        row_weights("trajectory_turn_token_mean", response_lengths=lengths[:2], row_trajectory=trajectory[:2],
+                    trajectories=1)
+
+
+@pytest.mark.parametrize("aggregation", ["trajectory_turn_token_mean", "token_mean", "seq_mean_token_mean"])
 def test_micro_batches_sum_to_the_full_batch(aggregation):
     g = torch.Generator().manual_seed(0)
     new, old = -torch.rand(6, 5, generator=g), -torch.rand(6, 5, generator=g)
     mask = (torch.rand(6, 5, generator=g) > 0.3).int()
     mask[:, 0] = 1
     adv = torch.randn(6, generator=g)
-    kw = dict(clip_low=0.2, clip_high=0.3, aggregation=aggregation)
-    full = clipped_surrogate_loss(logprobs=new, old_logprobs=old, advantages=adv, mask=mask, **kw).loss
-    norm = float(mask.sum()) if aggregation == "token_mean" else 6.0
+    trajectory = torch.tensor([0, 0, 1, 2, 2, 2])
+    kw = dict(clip_low=0.2, clip_high=0.3)
+    full = clipped_surrogate_loss(logprobs=new, old_logprobs=old, advantages=adv, mask=mask,
+                                  aggregation=aggregation, row_trajectory=trajectory, **kw).loss
+    weights = row_weights(aggregation, response_lengths=mask.sum(1), row_trajectory=trajectory)
     parts = sum(clipped_surrogate_loss(logprobs=new[i:i + 2], old_logprobs=old[i:i + 2],
-                                       advantages=adv[i:i + 2], mask=mask[i:i + 2], normalizer=norm,
+                                       advantages=adv[i:i + 2], mask=mask[i:i + 2], weights=weights[i:i + 2],
                                        **kw).loss
                 for i in (0, 2, 4))
     assert parts.item() == pytest.approx(full.item(), abs=1e-6)

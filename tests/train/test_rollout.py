@@ -8,7 +8,7 @@ import pytest
 from agentflow.config import FlowConfig
 from agentflow.engines.base import Completion, Engine, SamplingParams
 from agentflow.engines.scripted import ScriptedEngine
-from agentflow.errors import EngineUnavailableError
+from agentflow.errors import EngineContextOverflowError, EngineUnavailableError
 from agentflow.flow import Flow
 from agentflow.train.data import Question
 from agentflow.train.rollout import run_rollouts
@@ -67,6 +67,7 @@ async def test_group_rollouts_are_scored_and_turned_into_rows():
     assert metrics["turns_per_trajectory"] == 1.0
     assert metrics["tool/base_generator"] == 1.0
     assert metrics["tool_choice_accuracy"] == 0.5
+    assert metrics["tool/turn1/base_generator"] == 1.0 and metrics["excluded_share"] == 0.0
     assert 0 <= metrics["accuracy"] <= 1 and batch.rewards().shape == (4,)
 
 
@@ -81,7 +82,21 @@ async def test_infrastructure_failures_are_excluded_and_counted():
     assert len(batch.rollouts) == 2 and len(batch.excluded) == 1
     assert batch.excluded[0].infrastructure.kind == "engine_unavailable"
     assert batch.metrics()["infrastructure_failures"] == 1
+    assert batch.metrics()["excluded_share"] == pytest.approx(1 / 3)
     assert batch.rewards().tolist() == [1.0, 1.0]
+
+
+async def test_failures_the_policy_causes_are_scored_not_excluded():
+    """Regression: a context overflow (the flow's own memory grown too long) or a question time-out was
+    excluded like an engine outage, so the behaviour that caused it was never penalised."""
+    def generator(messages):
+        return EngineContextOverflowError("prompt too long")
+
+    batch = await run_rollouts(flow(generator), QUESTIONS[:1], group_size=2, concurrency=2)
+    assert len(batch.rollouts) == 2 and not batch.excluded
+    assert batch.rewards().tolist() == [0.0, 0.0]
+    assert all(any(f.kind == "context_overflow" for f in r.trajectory.failures) for r in batch.rollouts)
+    assert batch.metrics()["context_overflows"] == 2
 
 
 async def test_rows_need_token_ids_from_the_policy_engine():

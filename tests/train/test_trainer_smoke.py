@@ -44,7 +44,7 @@ def config(tmp_path):
     return TrainConfig.from_dict({
         "flow": {
             "engines": {"policy": {"kind": "transformers", "device": "cpu"}, "helper": {"kind": "llamacpp"}},
-            "roles": {"planner": {"engine": "policy", "sampling": {"temperature": 1.0, "max_tokens": 12}},
+            "roles": {"planner": {"engine": "policy", "sampling": {"temperature": 1.0, "max_tokens": 28}},
                       "executor": {"engine": "helper"}, "verifier": {"engine": "helper"},
                       "generator": {"engine": "helper"}, "tools": {"engine": "helper"}},
             "tools": {"wikipedia_search": {}}, "limits": {"max_turns": 1}, "query_analysis": False},
@@ -70,7 +70,9 @@ def test_train_checkpoint_and_resume(config, tmp_path):
     assert (run / "tensorboard").is_dir()
     weights = torch.load(run / "checkpoints" / "step-000002" / "trainable.pt", weights_only=True)
     lora_b = [v for k, v in weights.items() if "lora_B" in k]
-    assert lora_b and any(v.abs().sum() > 0 for v in lora_b)  # LoRA B starts at zero: it moved
+    # LoRA B starts at zero: it moved (with one tool, the first ~12 tokens are forced and carry no gradient;
+    # the sub-goal the planner writes after them does)
+    assert lora_b and any(v.abs().sum() > 0 for v in lora_b)
     assert (run / "final" / "adapter" / "adapter_config.json").is_file()
     assert (run / "final" / "model" / "config.json").is_file()
 

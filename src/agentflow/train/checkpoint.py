@@ -1,7 +1,8 @@
 """Checkpoints that a killed run resumes from exactly.
 
 A checkpoint directory holds the trainable weights (the LoRA adapter, or the full model), the optimiser and
-scheduler states, the RNG states (python, numpy, torch, CUDA) and `state.json` (step, data position).
+scheduler states, the RNG states (python, numpy, torch, CUDA, and the policy engine's own sampling stream)
+and `state.json` (step, data position).
 It is written to `step-NNNNNN.tmp` and renamed into place, so a kill mid-write leaves the previous
 checkpoint as the latest complete one.
 """
@@ -45,7 +46,8 @@ def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 
 def save_checkpoint(root: Path, *, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                    scheduler: Any, state: dict[str, Any], keep: int) -> Path:
+                    scheduler: Any, state: dict[str, Any], keep: int,
+                    sampling_state: dict[str, torch.Tensor] | None = None) -> Path:
     """Write checkpoint `root/step-NNNNNN` atomically; delete all but the newest `keep`."""
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{step:06d}"
@@ -56,7 +58,7 @@ def save_checkpoint(root: Path, *, step: int, model: torch.nn.Module, optimizer:
     torch.save(trainable_state(model), tmp / "trainable.pt")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(scheduler.state_dict(), tmp / "scheduler.pt")
-    torch.save(rng_state(), tmp / "rng.pt")
+    torch.save({**rng_state(), "policy_sampling": sampling_state}, tmp / "rng.pt")
     (tmp / STATE_FILE).write_text(json.dumps({"step": step, **state}, indent=2))
     if final.exists():
         shutil.rmtree(final)
@@ -78,7 +80,8 @@ def list_checkpoints(root: Path) -> list[Path]:
 
 def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     scheduler: Any) -> dict[str, Any]:
-    """Restore weights, optimiser, scheduler and RNG from `path`; return its state.json."""
+    """Restore weights, optimiser, scheduler and RNG from `path`; return its state.json, plus the policy
+    engine's sampling stream under `policy_sampling` (None in checkpoints written before it was saved)."""
     weights = torch.load(path / "trainable.pt", map_location="cpu", weights_only=True)
     params = dict(model.named_parameters())
     missing = [name for name in weights if name not in params]
@@ -89,5 +92,6 @@ def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: torch.opti
             params[name].copy_(value.to(params[name].device, params[name].dtype))
     optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=False))
     scheduler.load_state_dict(torch.load(path / "scheduler.pt", map_location="cpu", weights_only=False))
-    set_rng_state(torch.load(path / "rng.pt", map_location="cpu", weights_only=False))
-    return json.loads((path / STATE_FILE).read_text())
+    rng = torch.load(path / "rng.pt", map_location="cpu", weights_only=False)
+    set_rng_state(rng)
+    return {**json.loads((path / STATE_FILE).read_text()), "policy_sampling": rng.get("policy_sampling")}

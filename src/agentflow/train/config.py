@@ -135,9 +135,16 @@ class TrainConfig(_Strict):
     advantage: str = Field("grpo_trajectory", description="Advantage estimator from the registry in "
                            "`agentflow.train.advantages`: grpo_trajectory, grpo_turn_rows, no_std.")
     advantage_eps: float = Field(1e-6, ge=0.0, description="Added to the group std before dividing.")
-    loss_aggregation: Literal["token_mean", "seq_mean_token_mean"] = Field(
-        "token_mean", description="token_mean: every token weighs the same (DAPO); seq_mean_token_mean: "
-        "every planner turn weighs the same (original GRPO).")
+    loss_aggregation: Literal["trajectory_turn_token_mean", "token_mean", "seq_mean_token_mean"] = Field(
+        "trajectory_turn_token_mean", description="trajectory_turn_token_mean: the paper's 1/G * 1/T_i * 1/|a| "
+        "(every trajectory weighs the same, whatever its turns and tokens); token_mean: every token weighs the "
+        "same (DAPO); seq_mean_token_mean: every planner turn weighs the same (GRPO per turn).")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each rollout batch (verl's ppo_epochs). Above 1, "
+                            "later updates start away from the rollout policy and the clip acts.")
+    ppo_mini_batch_size: int | None = Field(
+        None, ge=1, description="Questions per optimiser step (verl's ppo_mini_batch_size, counted in "
+        "questions: each brings its G trajectories and all their turns); None: the whole batch in one step. "
+        "batch_size / this many steps per epoch.")
     micro_batch_rows: int = Field(8, ge=1, description="Planner-turn rows per forward/backward pass; gradients "
                                   "accumulate over micro-batches into one optimiser step per batch.")
     micro_batch_tokens: int = Field(4096, ge=64, description="Also cap a micro-batch at this many padded "
@@ -172,6 +179,11 @@ class TrainConfig(_Strict):
         if not isinstance(self.flow.engines[planner_engine], TransformersEngineConfig):
             raise ValueError(f"the planner's engine {planner_engine!r} must be kind 'transformers' (the "
                              f"trainable policy), got {self.flow.engines[planner_engine].kind!r}")
+        sampling = self.rollout_flow_config().roles.planner.sampling
+        if self.algorithm == "grpo" and sampling.top_p < 1.0:
+            raise ValueError(f"the planner's top_p is {sampling.top_p}: training needs top_p = 1 (the trainer "
+                             "recomputes log-probs of the full tempered distribution; a nucleus would make them "
+                             "disagree with what the rollout sampled)")
         if self.algorithm == "sft" and self.teacher is None:
             raise ValueError("algorithm 'sft' needs a `teacher` engine")
         from agentflow.train.advantages import ADVANTAGE_ESTIMATORS

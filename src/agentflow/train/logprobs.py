@@ -1,20 +1,30 @@
 """Log-probs of response tokens under a causal LM, for training rows of different lengths.
 
-Rows are left-padded so every response ends at the last position; the LM head then runs only on the last
-`longest response + 1` positions (`logits_to_keep`), not on the prompts, which are most of the tokens.
-Position ids are computed from the attention mask, so padding does not shift positions.
+Rows are left-padded so every response ends at the last position, with position ids from the attention mask
+(padding does not shift positions). The decoder runs over all positions; the LM head only over the last
+`longest response + 1` (prompts, most of the tokens, never pay for the vocabulary-wide softmax), and in
+chunks of rows under activation checkpointing: backward recomputes a chunk's logits instead of keeping the
+(rows, tokens, vocabulary) float32 tensor of the whole micro-batch alive, so the update's peak memory is that
+of one chunk's logits, not of all rows.
+
+Rows of a JSON-schema-constrained reply carry the masks decoding applied (`allowed`): the log-prob is then
+that of the masked distribution the token was drawn from (a forced token has log-prob 0 and no gradient).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
+from torch.utils.checkpoint import checkpoint
 
 if TYPE_CHECKING:  # keeps this module free of the flow's imports (benchmarks load it alone)
     from agentflow.train.rollout import TurnRow
+
+#: Logit elements (rows x tokens x vocabulary) materialised at once by the LM head: 64 MiB of float32.
+LOGITS_CHUNK_ELEMENTS = 1 << 24
 
 
 @dataclass
@@ -26,13 +36,17 @@ class PackedRows:
     """(N, R) right-aligned response tokens (left-padded with 0)."""
     response_mask: torch.Tensor
     old_logprobs: torch.Tensor
+    allowed: torch.Tensor | None = None
+    """(N, R, V) booleans: the tokens each response token could have been drawn from; None: all."""
 
     @property
     def tokens(self) -> int:
         return int(self.response_mask.sum())
 
 
-def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | str = "cpu") -> PackedRows:
+def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | str = "cpu",
+              allowed: Sequence[torch.Tensor | None] | None = None, vocab_size: int | None = None) -> PackedRows:
+    """Left-pad `rows` into tensors; `allowed[i]` is row i's (len(response), V) mask or None (unconstrained)."""
     lengths = [len(r.prompt_ids) + len(r.response_ids) for r in rows]
     width = max(lengths)
     resp_width = max(len(r.response_ids) for r in rows)
@@ -42,6 +56,11 @@ def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | st
     response = torch.zeros((n, resp_width), dtype=torch.long)
     response_mask = torch.zeros((n, resp_width), dtype=torch.float32)
     old = torch.zeros((n, resp_width), dtype=torch.float32)
+    masks = None
+    if allowed is not None and any(a is not None for a in allowed):
+        if vocab_size is None:
+            raise ValueError("pack_rows needs vocab_size with allowed-token masks")
+        masks = torch.ones((n, resp_width, vocab_size), dtype=torch.bool)
     for i, row in enumerate(rows):
         seq = row.prompt_ids + row.response_ids
         input_ids[i, width - len(seq):] = torch.tensor(seq)
@@ -50,32 +69,87 @@ def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | st
         response[i, resp_width - k:] = torch.tensor(row.response_ids)
         response_mask[i, resp_width - k:] = 1.0
         old[i, resp_width - k:] = torch.tensor(row.old_logprobs)
+        if masks is not None and allowed is not None and allowed[i] is not None:
+            mask = allowed[i]
+            if mask.shape != (k, vocab_size):
+                raise ValueError(f"row {i}: allowed-token mask {tuple(mask.shape)} != ({k}, {vocab_size})")
+            masks[i, resp_width - k:] = mask
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
     return PackedRows(input_ids.to(device), attention.to(device), position_ids.to(device), response.to(device),
-                      response_mask.to(device), old.to(device))
+                      response_mask.to(device), old.to(device), None if masks is None else masks.to(device))
+
+
+def _token_logprobs(head: torch.nn.Module, hidden: torch.Tensor, ids: torch.Tensor, allowed: torch.Tensor | None,
+                    temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-prob of `ids` and entropy (no grad) of the (masked, tempered) distribution at each position."""
+    logits = head(hidden).float()
+    if temperature and temperature != 1.0:
+        logits = logits / temperature
+    if allowed is not None:
+        logits = logits.masked_fill(~allowed, float("-inf"))
+    # token logit - logsumexp: autograd keeps no (rows, tokens, vocab) log-softmax tensor for backward
+    log_norm = torch.logsumexp(logits, dim=-1)
+    logprobs = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - log_norm
+    with torch.no_grad():
+        probs = torch.softmax(logits, dim=-1)
+        weighted = torch.where(probs > 0, probs * logits, torch.zeros_like(logits))  # 0 * -inf is 0 here
+        entropy = log_norm - weighted.sum(-1)
+    return logprobs, entropy
+
+
+def plain_lm_head(model: torch.nn.Module) -> bool:
+    """Whether logits == output_embedding(decoder(...)) for this model, checked once on a short input: true
+    for Llama, Qwen, Mistral, SmolLM; false for models that scale or soft-cap their logits. Only then may
+    `response_logprobs` run the LM head itself, in checkpointed chunks (`chunked_head=True`)."""
+    try:
+        head, decoder = model.get_output_embeddings(), model.get_decoder()
+        device = next(model.parameters()).device
+        ids = torch.arange(1, 9, device=device).unsqueeze(0) % max(head.weight.shape[0], 2)
+        with torch.no_grad():
+            full = model(input_ids=ids, use_cache=False).logits.float()
+            split = head(decoder(input_ids=ids, use_cache=False).last_hidden_state).float()
+        return full.shape == split.shape and torch.allclose(full, split, rtol=1e-3, atol=1e-3)
+    except (AttributeError, NotImplementedError, TypeError):
+        return False
 
 
 def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature: float = 1.0,
-                      with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(N, R) log-probs of the response tokens under logits / temperature, and their entropies (no grad).
+                      with_entropy: bool = False, chunked_head: bool = False
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(N, R) log-probs of the response tokens under logits / temperature (masked by `packed.allowed`), and
+    their entropies (no grad).
 
     The temperature must be the rollout's sampling temperature, so that the ratio compares the same
-    distributions the rollout sampled from.
+    distributions the rollout sampled from. `chunked_head` (only where `plain_lm_head(model)`): run the LM
+    head in checkpointed chunks of rows; otherwise the model's own forward makes every row's logits at once.
     """
     resp_width = packed.response_ids.shape[1]
-    out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
-                position_ids=packed.position_ids, logits_to_keep=resp_width + 1, use_cache=False)
-    logits = out.logits[:, -resp_width - 1:-1, :].float()
-    if temperature and temperature != 1.0:
-        logits = logits / temperature
-    # token logit - logsumexp: autograd keeps no (rows, tokens, vocab) log-softmax tensor for backward
-    log_norm = torch.logsumexp(logits, dim=-1)
-    logprobs = logits.gather(-1, packed.response_ids.unsqueeze(-1)).squeeze(-1) - log_norm
-    entropy = None
-    if with_entropy:
-        with torch.no_grad():
-            entropy = log_norm - (torch.softmax(logits, dim=-1) * logits).sum(-1)
-    return logprobs * packed.response_mask, entropy
+    if not chunked_head:
+        out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
+                    position_ids=packed.position_ids, logits_to_keep=resp_width + 1, use_cache=False)
+        logprobs, entropy = _token_logprobs(torch.nn.Identity(), out.logits[:, -resp_width - 1:-1, :],
+                                            packed.response_ids, packed.allowed, temperature)
+        return logprobs * packed.response_mask, entropy if with_entropy else None
+    head = model.get_output_embeddings()
+    out = model.get_decoder()(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
+                              position_ids=packed.position_ids, use_cache=False)
+    hidden = out.last_hidden_state[:, -resp_width - 1:-1, :]
+    vocab = head.weight.shape[0]
+    rows_per_chunk = max(1, LOGITS_CHUNK_ELEMENTS // max(resp_width * vocab, 1))
+    parts: list[torch.Tensor] = []
+    entropies: list[torch.Tensor] = []
+    for start in range(0, hidden.shape[0], rows_per_chunk):
+        stop = start + rows_per_chunk
+        allowed = None if packed.allowed is None else packed.allowed[start:stop]
+        args: tuple[Any, ...] = (head, hidden[start:stop], packed.response_ids[start:stop], allowed, temperature)
+        if torch.is_grad_enabled() and hidden.requires_grad:
+            logprobs, entropy = checkpoint(_token_logprobs, *args, use_reentrant=False)
+        else:
+            logprobs, entropy = _token_logprobs(*args)
+        parts.append(logprobs)
+        entropies.append(entropy)
+    logprobs = torch.cat(parts) * packed.response_mask
+    return logprobs, torch.cat(entropies) if with_entropy else None
 
 
 def micro_batches(rows: Sequence[TurnRow], *, max_rows: int, max_tokens: int) -> list[list[int]]:

@@ -1,9 +1,17 @@
 """The Flow-GRPO policy loss: a token-level clipped surrogate with separate low/high clip (DAPO's
 clip-higher), plus an optional KL penalty to a frozen reference.
 
-All tensors are (rows, tokens) with a 0/1 `mask` of response tokens; `advantages` is (rows,). To split a
-batch into micro-batches for gradient accumulation, pass `normalizer` = the whole batch's token count
-("token_mean") or row count ("seq_mean_token_mean"): the micro-batch losses then sum to the full-batch loss.
+All tensors are (rows, tokens) with a 0/1 `mask` of response tokens; `advantages` is (rows,); a row is one
+planner turn. The loss is a weighted sum of per-token terms, sum_r w_r sum_t loss[r, t], with row weights
+from the aggregation (`row_weights`):
+
+- `trajectory_turn_token_mean` (the paper's Flow-GRPO objective, the default): 1 / (G * T_i * |a|): every
+  trajectory weighs the same whatever its number of turns T_i, every turn of it the same whatever its length.
+- `token_mean`: 1 / (all tokens): a trajectory weighs by its token count (DAPO).
+- `seq_mean_token_mean`: 1 / (rows * |a|): a trajectory weighs by its number of turns (original GRPO per turn).
+
+Weights are computed once over the whole (mini-)batch, before rows that carry no gradient are dropped and
+before it is split into micro-batches, so the micro-batch losses sum to the batch's loss.
 """
 
 from __future__ import annotations
@@ -15,7 +23,8 @@ from typing import Literal
 import torch
 
 KLEstimator = Literal["k1", "k2", "k3"]
-Aggregation = Literal["token_mean", "seq_mean_token_mean"]
+Aggregation = Literal["trajectory_turn_token_mean", "token_mean", "seq_mean_token_mean"]
+AGGREGATIONS: tuple[str, ...] = ("trajectory_turn_token_mean", "token_mean", "seq_mean_token_mean")
 
 KL_ESTIMATORS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {}
 
@@ -53,18 +62,33 @@ class LossOutput:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, *, aggregation: Aggregation,
-              normalizer: float | None = None) -> torch.Tensor:
-    """Reduce (rows, tokens) values to a scalar over masked tokens."""
-    mask = mask.to(values.dtype)
+def row_weights(aggregation: str, *, response_lengths: torch.Tensor, row_trajectory: torch.Tensor | None = None,
+                trajectories: int | None = None) -> torch.Tensor:
+    """(rows,) weight of each row's token sum in the loss (see the module docstring).
+
+    `response_lengths`: tokens per row; `row_trajectory`: the trajectory index of each row, and
+    `trajectories` the number of trajectories (G summed over the batch's questions; default: those that
+    appear in `row_trajectory`), both needed for `trajectory_turn_token_mean`.
+    """
+    lengths = response_lengths.to(torch.float64)
+    if (lengths <= 0).any():
+        raise ValueError("every row needs at least one response token")
     if aggregation == "token_mean":
-        denom = normalizer if normalizer is not None else mask.sum().clamp(min=1.0)
-        return (values * mask).sum() / denom
-    if aggregation == "seq_mean_token_mean":
-        per_row = (values * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1.0)
-        denom = normalizer if normalizer is not None else max(values.shape[0], 1)
-        return per_row.sum() / denom
-    raise ValueError(f"unknown loss aggregation {aggregation!r}; known: token_mean, seq_mean_token_mean")
+        weights = torch.full_like(lengths, 1.0 / float(lengths.sum()))
+    elif aggregation == "seq_mean_token_mean":
+        weights = 1.0 / (lengths.numel() * lengths)
+    elif aggregation == "trajectory_turn_token_mean":
+        if row_trajectory is None:
+            raise ValueError("trajectory_turn_token_mean needs row_trajectory")
+        ids, turns_of_row = torch.unique(row_trajectory, return_inverse=True)
+        turns = torch.bincount(turns_of_row).to(torch.float64)[turns_of_row]
+        count = trajectories if trajectories is not None else ids.numel()
+        if count < ids.numel():
+            raise ValueError(f"trajectories={count} but the rows come from {ids.numel()} trajectories")
+        weights = 1.0 / (count * turns * lengths)
+    else:
+        raise ValueError(f"unknown loss aggregation {aggregation!r}; known: {', '.join(AGGREGATIONS)}")
+    return weights.to(torch.float32)
 
 
 def clipped_surrogate_loss(
@@ -78,15 +102,18 @@ def clipped_surrogate_loss(
     ref_logprobs: torch.Tensor | None = None,
     kl_coef: float = 0.0,
     kl_estimator: KLEstimator = "k3",
-    aggregation: Aggregation = "token_mean",
-    normalizer: float | None = None,
+    aggregation: Aggregation = "trajectory_turn_token_mean",
+    weights: torch.Tensor | None = None,
+    row_trajectory: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
 ) -> LossOutput:
-    """-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) + kl_coef * KL(policy || ref), per token, aggregated.
+    """-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) + kl_coef * KL(policy || ref), per token, summed with
+    row weights.
 
-    r = exp(logprobs - old_logprobs) where old log-probs are those the rollout sampled with. Metrics (plain
-    floats over masked tokens): clip_fraction, approx_kl (k3 of policy vs rollout), kl_ref, entropy,
-    ratio_mean.
+    r = exp(logprobs - old_logprobs) where old log-probs are those the rollout sampled with. `weights`: the
+    (rows,) weights `row_weights` gave for the whole batch (pass them sliced for a micro-batch); None: computed
+    from `aggregation` over these rows alone (with `row_trajectory` for the paper's). Metrics (plain floats
+    over masked tokens): clip_fraction, approx_kl (k3 of policy vs rollout), kl_ref, entropy, ratio_mean.
     """
     if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
         raise ValueError(f"shape mismatch: logprobs {tuple(logprobs.shape)}, old_logprobs "
@@ -117,7 +144,11 @@ def clipped_surrogate_loss(
             raise ValueError(f"unknown KL estimator {kl_estimator!r}; known: {known}") from None
         if kl_coef:
             per_token = per_token + kl_coef * kl_ref
-    loss = aggregate(per_token, mask, aggregation=aggregation, normalizer=normalizer)
+    if weights is None:
+        weights = row_weights(aggregation, response_lengths=mask.sum(dim=1), row_trajectory=row_trajectory)
+    if weights.shape != logprobs.shape[:1]:
+        raise ValueError(f"weights must be (rows,) = {tuple(logprobs.shape[:1])}, got {tuple(weights.shape)}")
+    loss = ((per_token * mask_f).sum(dim=1) * weights.to(per_token.dtype)).sum()
 
     with torch.no_grad():
         n = mask_f.sum().clamp(min=1.0)

@@ -48,6 +48,10 @@ class TurnRow:
     prompt_ids: list[int]
     response_ids: list[int]
     old_logprobs: list[float]
+    schema: dict[str, Any] | None = None
+    """The JSON schema decoding was constrained to (its masks are replayed for the log-probs), or None."""
+    allowed: torch.Tensor | None = None
+    """(len(response_ids), vocab) booleans rebuilt from `schema` by the trainer; None: unconstrained."""
 
 
 @dataclass
@@ -84,11 +88,12 @@ class RolloutBatch:
                 if not completion.token_ids:
                     continue
                 rows.append(TurnRow(t, list(completion.prompt_token_ids), list(completion.token_ids),
-                                    list(completion.logprobs)))
+                                    list(completion.logprobs), schema=call.response_schema))
         return rows, torch.tensor([r.trajectory for r in rows], dtype=torch.long)
 
     def metrics(self) -> dict[str, Any]:
-        """Reward, accuracy, turns and tool choices of the scored trajectories."""
+        """Reward, accuracy, turns and tool choices (overall and per turn index) of the scored trajectories,
+        and the share of trajectories excluded for infrastructure failures."""
         scored = self.rollouts
         n = max(len(scored), 1)
         tools = Counter(turn.tool if turn.tool_valid else "invalid" for r in scored for turn in r.trajectory.turns)
@@ -101,8 +106,20 @@ class RolloutBatch:
             "turns_per_trajectory": n_turns / n,
             "trajectories": len(scored),
             "infrastructure_failures": len(self.excluded),
+            "excluded_share": len(self.excluded) / max(len(scored) + len(self.excluded), 1),
+            # the policy's own failures, scored 0 rather than excluded
+            "timed_out_share": sum(1 for r in scored if r.trajectory.stop_reason == "timeout") / n,
+            "context_overflows": sum(1 for r in scored if any(f.kind == "context_overflow"
+                                                              for f in r.trajectory.failures)),
         }
         out.update({f"tool/{name}": count / max(n_turns, 1) for name, count in sorted(tools.items())})
+        by_turn: dict[int, Counter[str]] = {}
+        for r in scored:
+            for turn in r.trajectory.turns:
+                by_turn.setdefault(turn.index, Counter())[turn.tool if turn.tool_valid else "invalid"] += 1
+        for index, counts in sorted(by_turn.items()):
+            total = sum(counts.values())
+            out.update({f"tool/turn{index}/{name}": count / total for name, count in sorted(counts.items())})
         if right_tool:
             out["tool_choice_accuracy"] = sum(right_tool) / len(right_tool)
         return out

@@ -4,10 +4,11 @@ One step:
 1. B questions from the resumable sampler; G trajectories each through `Flow.asolve` with the planner role
    on the policy engine (the model being trained, updated in place), concurrently.
 2. Rewards from the scorer registry; infrastructure failures excluded and counted.
-3. Advantages from the registry, one per planner-turn row; rows of no-signal groups (advantage 0) are
-   skipped in the update when `kl_coef` is 0, since they carry no gradient.
-4. Reference log-probs once per batch (LoRA: adapter disabled; full fine-tuning: a frozen copy).
-5. Gradient accumulation over micro-batches, gradient clipping, AdamW, scheduler.
+3. Advantages from the registry, one per planner-turn row (the trajectory's, broadcast to its turns).
+4. The update (`update.py`): schema masks replayed, reference log-probs once per batch (LoRA: adapter
+   disabled; full fine-tuning: a frozen copy), then `ppo_epochs` x mini-batches optimiser steps with the
+   paper's loss normalisation by default, gradient accumulation over micro-batches, clipping, AdamW.
+5. Scheduler step, metrics, rollout dump, checkpoint, held-out evaluation.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import logging
 import math
 import random
 import time
-from contextlib import nullcontext
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +33,10 @@ from agentflow.train.advantages import get_advantage, no_signal_groups
 from agentflow.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from agentflow.train.config import TrainConfig
 from agentflow.train.data import BatchSampler, Question, default_paths, load_questions
-from agentflow.train.logprobs import micro_batches, pack_rows, response_logprobs
-from agentflow.train.losses import clipped_surrogate_loss
+from agentflow.train.logprobs import plain_lm_head
 from agentflow.train.metrics import MetricsLogger
 from agentflow.train.rollout import RolloutBatch, TurnRow, run_rollouts
+from agentflow.train.update import PolicyUpdater, UpdateBatch
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,7 @@ class Trainer:
         self.model = policy.model
         self.tokenizer = policy.tokenizer
         self.device = next(self.model.parameters()).device
+        policy.seed_sampling(cfg.seed)
 
         engines = {**self.extra_engines, cfg.policy_engine_name: policy}
         self.flow = Flow.from_config(cfg.rollout_flow_config(), engines=engines)
@@ -133,6 +135,9 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
         self.sampler = BatchSampler(self.train_items, batch_size=cfg.batch_size, seed=cfg.seed)
         self.metrics = MetricsLogger(self.out_dir, console=self.console)
+        self.updater = PolicyUpdater(cfg, model=self.model, optimizer=self.optimizer, policy=policy,
+                                     pad_id=self._pad_id(), ref_model=self.ref_model,
+                                     chunked_head=plain_lm_head(self.model))
 
     def _make_trainable(self, model: torch.nn.Module) -> torch.nn.Module:
         """Wrap the loaded model for training: LoRA adapters, or every weight plus a frozen reference copy."""
@@ -166,27 +171,13 @@ class Trainer:
             state = load_checkpoint(checkpoints[-1], model=self.model, optimizer=self.optimizer,
                                     scheduler=self.scheduler)
         self.step = int(state["step"])
+        if state.get("policy_sampling") is not None:
+            self.policy.load_sampling_state(state["policy_sampling"])
         assert self.sampler is not None
         self.sampler.position = int(state["data_position"])
         log.info("resumed from %s (step %d, data position %d)", checkpoints[-1], self.step, self.sampler.position)
 
     # -- one step -----------------------------------------------------------------------------------
-
-    def _ref_logprobs(self, rows: list[TurnRow], batches: list[list[int]]) -> dict[int, torch.Tensor]:
-        """Reference log-probs of every row, once per batch."""
-        out: dict[int, torch.Tensor] = {}
-        if self.ref_model is not None:
-            model, ctx = self.ref_model, nullcontext()
-        else:
-            model, ctx = self.model, self.model.disable_adapter()
-        temperature = self._rollout_temperature()
-        with torch.no_grad(), ctx:
-            for indices in batches:
-                packed = pack_rows([rows[i] for i in indices], pad_id=self._pad_id(), device=self.device)
-                logprobs, _ = response_logprobs(model, packed, temperature=temperature)
-                for j, i in enumerate(indices):
-                    out[i] = logprobs[j]
-        return out
 
     def _rollout_temperature(self) -> float:
         return self.config.rollout_flow_config().roles.planner.sampling.temperature or 1.0
@@ -195,73 +186,11 @@ class Trainer:
         tok = self.tokenizer
         return tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
 
-    def _update(self, rows: list[TurnRow], advantages: torch.Tensor, *, sft: bool = False) -> dict[str, float]:
-        """One optimiser step over all rows with gradient accumulation."""
-        cfg = self.config
-        metrics: dict[str, float] = {}
-        if not rows:
-            return {"rows": 0.0}
-        batches = micro_batches(rows, max_rows=cfg.micro_batch_rows, max_tokens=cfg.micro_batch_tokens)
-        start = time.perf_counter()
-        ref = self._ref_logprobs(rows, batches) if cfg.kl_coef > 0 and not sft else None
-        metrics["seconds/ref_logprobs"] = time.perf_counter() - start
-
-        start = time.perf_counter()
-        total_tokens = float(sum(len(r.response_ids) for r in rows))
-        normalizer = total_tokens if (cfg.loss_aggregation == "token_mean" or sft) else float(len(rows))
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        sums: dict[str, float] = {}
-        loss_total = 0.0
-        temperature = 1.0 if sft else self._rollout_temperature()
-        for indices in batches:
-            packed = pack_rows([rows[i] for i in indices], pad_id=self._pad_id(), device=self.device)
-            logprobs, entropy = response_logprobs(self.model, packed, temperature=temperature, with_entropy=True)
-            if sft:
-                loss = -(logprobs * packed.response_mask).sum() / normalizer
-                part = {"entropy": float((entropy * packed.response_mask).sum() / max(packed.tokens, 1)),
-                        "tokens": float(packed.tokens)}
-            else:
-                ref_lp = None
-                if ref is not None:
-                    ref_lp = torch.stack([ref[i] for i in indices]).to(logprobs.device)
-                result = clipped_surrogate_loss(
-                    logprobs=logprobs, old_logprobs=packed.old_logprobs,
-                    advantages=advantages[indices].to(logprobs.device), mask=packed.response_mask,
-                    clip_low=cfg.clip_low, clip_high=cfg.clip_high, ref_logprobs=ref_lp, kl_coef=cfg.kl_coef,
-                    kl_estimator=cfg.kl_estimator, aggregation=cfg.loss_aggregation, normalizer=normalizer,
-                    entropy=entropy)
-                loss, part = result.loss, result.metrics
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"step {self.step}: non-finite loss {loss.item()}")
-            loss.backward()
-            loss_total += float(loss.detach())
-            weight = part.get("tokens", 0.0)
-            for key, value in part.items():
-                sums[key] = sums.get(key, 0.0) + (value if key == "tokens" else value * weight)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
-        with self.policy.updating_weights():
-            self.optimizer.step()
-        self.scheduler.step()
-        self.model.eval()
-        tokens = max(sums.pop("tokens", 0.0), 1.0)
-        metrics.update({k: v / tokens for k, v in sums.items()})
-        seconds = time.perf_counter() - start
-        metrics.update({"loss": loss_total, "grad_norm": float(grad_norm), "rows": float(len(rows)),
-                        "update_tokens": total_tokens, "micro_batches": float(len(batches)),
-                        "seconds/update": seconds,
-                        "update_tokens_per_s": sum(len(r.prompt_ids) + len(r.response_ids) for r in rows)
-                        / max(seconds, 1e-9),
-                        "lr": self.scheduler.get_last_lr()[0]})
-        return metrics
-
     async def _grpo_step(self, questions: list[Question]) -> dict[str, Any]:
         cfg = self.config
         batch = await run_rollouts(self.flow, questions, group_size=cfg.group_size,
                                    concurrency=cfg.rollout_concurrency)
         metrics: dict[str, Any] = {"seconds/rollout": batch.seconds, **batch.metrics()}
-        self._dump_rollouts(batch)
         rows, row_traj = batch.rows()
         generated = sum(len(r.response_ids) for r in rows)
         metrics["rollout_planner_tokens_per_s"] = generated / max(batch.seconds, 1e-9)
@@ -276,24 +205,35 @@ class Trainer:
         else:
             advantages = torch.zeros(0)
             metrics["no_signal_share"] = 1.0
-        if cfg.kl_coef == 0 and len(rows):
-            keep = (advantages != 0).nonzero().flatten().tolist()
-            rows, advantages = [rows[i] for i in keep], advantages[keep]
-        metrics.update(self._update(rows, advantages))
+        self._dump_rollouts(batch, row_traj, advantages)
+        groups = batch.group_ids()
+        update = UpdateBatch(rows=rows, advantages=advantages, row_group=[groups[t] for t in row_traj.tolist()],
+                             trajectories=dict(Counter(groups)))
+        metrics.update(self.updater.grpo(update, temperature=self._rollout_temperature(), step=self.step))
+        metrics["lr"] = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
         return metrics
 
-    def _dump_rollouts(self, batch: RolloutBatch) -> None:
-        """A compact record of the step's trajectories (DIR/rollouts/step-N.jsonl), to see what was learnt."""
+    def _dump_rollouts(self, batch: RolloutBatch, row_traj: torch.Tensor, advantages: torch.Tensor) -> None:
+        """The step's trajectories (DIR/rollouts/step-N.jsonl): per trajectory its group, reward, the advantage
+        each planner turn received, and the whole trajectory, to see what was learnt."""
+        per_trajectory: dict[int, list[float]] = {}
+        for t, advantage in zip(row_traj.tolist(), advantages.tolist(), strict=True):
+            per_trajectory.setdefault(t, []).append(round(advantage, 6))
         path = self.out_dir / "rollouts" / f"step-{self.step:06d}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", encoding="utf-8") as out:
-            for r in batch.rollouts + batch.excluded:
+            for t, r in enumerate(batch.rollouts + batch.excluded):
+                failure = r.infrastructure or next(iter(r.trajectory.failures), None)
                 out.write(json.dumps({
-                    "id": r.trajectory_id, "question": r.question.question, "gold": r.question.answer,
-                    "planner": [c.text for c in r.trajectory.planner_calls()],
-                    "tools": [t.tool for t in r.trajectory.turns], "answer": r.trajectory.answer,
+                    "id": r.trajectory_id, "group": r.question.id, "question": r.question.question,
+                    "gold": r.question.answer, "planner": [c.text for c in r.trajectory.planner_calls()],
+                    "tools": [turn.tool for turn in r.trajectory.turns], "answer": r.trajectory.answer,
                     "reward": r.score.value if r.score else None,
-                    "infrastructure": r.infrastructure.kind if r.infrastructure else None}) + "\n")
+                    "advantages": per_trajectory.get(t, []) if r.score else [],
+                    "infrastructure": r.infrastructure.kind if r.infrastructure else None,
+                    "failure": failure.model_dump() if failure else None,
+                    "trajectory": r.trajectory.model_dump(mode="json")}) + "\n")
 
     # -- SFT baseline ------------------------------------------------------------------------------
 
@@ -350,7 +290,7 @@ class Trainer:
             kinds.setdefault(str(r.question.meta.get("kind", "all")), []).append(correct)
             records.append({"id": r.question.id, "question": r.question.question, "gold": r.question.answer,
                             "answer": r.trajectory.answer, "correct": correct,
-                            "tools": [t.tool for t in r.trajectory.turns],
+                            "tools": [turn.tool for turn in r.trajectory.turns],
                             "infrastructure": r.infrastructure.kind if r.infrastructure else None})
         for kind, values in kinds.items():
             metrics[f"eval/accuracy/{kind}"] = sum(values) / len(values)
@@ -369,7 +309,8 @@ class Trainer:
         assert self.sampler is not None
         save_checkpoint(self.out_dir / "checkpoints", step=self.step, model=self.model, optimizer=self.optimizer,
                         scheduler=self.scheduler, keep=self.config.keep_checkpoints,
-                        state={"data_position": self.sampler.position, "algorithm": self.config.algorithm})
+                        state={"data_position": self.sampler.position, "algorithm": self.config.algorithm},
+                        sampling_state=self.policy.sampling_state())
 
     async def arun(self, *, resume: bool = False) -> dict[str, Any]:
         """Train (or only evaluate, for `frozen` and max_steps 0); return the final metrics."""
@@ -407,7 +348,9 @@ class Trainer:
             self.step += 1
             if cfg.algorithm == "sft":
                 chunk = sft_rows[(self.step - 1) * per_step:self.step * per_step]
-                metrics: dict[str, Any] = self._update(chunk, torch.zeros(len(chunk)), sft=True)
+                metrics: dict[str, Any] = self.updater.sft(chunk)
+                metrics["lr"] = self.scheduler.get_last_lr()[0]
+                self.scheduler.step()
             else:
                 metrics = await self._grpo_step(self.sampler.next_batch())
             metrics["seconds/step"] = time.perf_counter() - step_start

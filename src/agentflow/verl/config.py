@@ -69,7 +69,10 @@ FIELD_ROUTES: dict[str, str] = {
     "kl_estimator": "actor_rollout_ref.actor.kl_loss_type (k1, k2, k3; verl clamps k3 to [-10, 10])",
     "advantage": "algorithm.adv_estimator and norm_adv_by_std_in_grpo (see ESTIMATORS)",
     "advantage_eps": "fixed at 1e-6 in verl: other values refused",
-    "loss_aggregation": "actor_rollout_ref.actor.loss_agg_mode (token-mean, seq-mean-token-mean)",
+    "loss_aggregation": "actor_rollout_ref.actor.loss_agg_mode (token-mean, seq-mean-token-mean; verl has no "
+                        "per-trajectory mode: trajectory_turn_token_mean refused, default seq_mean_token_mean)",
+    "ppo_epochs": "actor_rollout_ref.actor.ppo_epochs",
+    "ppo_mini_batch_size": "actor_rollout_ref.actor.ppo_mini_batch_size (x max_turns rows per question)",
     "micro_batch_rows": "refused when set: verl packs micro-batches by tokens (use micro_batch_tokens)",
     "micro_batch_tokens": "actor_rollout_ref.actor.ppo_max_token_len_per_gpu (dynamic batch size; also ref "
                           "and rollout log-prob passes)",
@@ -153,6 +156,9 @@ class VerlTrainConfig(TrainConfig):
     micro_batch_tokens: int = Field(16384, ge=64, description="Tokens per GPU per forward/backward pass "
                                     "(verl packs rows up to this budget; must hold the longest row).")
     export_gguf: bool = Field(False, description="Not available on verl: convert the checkpoint first.")
+    loss_aggregation: Literal["trajectory_turn_token_mean", "token_mean", "seq_mean_token_mean"] = Field(
+        "seq_mean_token_mean", description="verl's loss_agg_mode: token_mean or seq_mean_token_mean (verl's "
+        "loss has no per-trajectory normalisation, so the paper's trajectory_turn_token_mean is refused).")
     rollout_concurrency: int = Field(256, ge=1, description="Trajectories in flight at once over all agent-loop "
                                      "workers (each worker runs its share; the frozen endpoint sees at most this "
                                      "many concurrent flows).")
@@ -173,6 +179,10 @@ class VerlTrainConfig(TrainConfig):
             raise _refuse(f"advantage {self.advantage!r} has no verl mapping; known: {', '.join(ESTIMATORS)}")
         if self.lora.enabled and self.lora.dropout != 0.0:
             raise _refuse("LoRA dropout is not configurable in verl's FSDP LoRA; set lora.dropout to 0")
+        if self.loss_aggregation == "trajectory_turn_token_mean":
+            raise _refuse("loss_aggregation trajectory_turn_token_mean (the paper's 1/G 1/T_i 1/|a|) has no verl "
+                          "loss_agg_mode; use seq_mean_token_mean (closest: a trajectory weighs by its turns) or "
+                          "token_mean, or train with `agentflow train` (local backend)")
         self._check_policy()
         self._check_roles()
         flow = self.rollout_flow_config()
@@ -249,9 +259,9 @@ def verl_overrides(cfg: VerlTrainConfig, *, train_files: str, val_files: str, re
     planner = flow.roles.planner.sampling
     policy = cfg.policy
     out_dir = Path(cfg.output_dir).absolute()
-    # One optimiser step per batch, as the single-machine trainer: a mini-batch must hold every planner-turn
-    # row of the batch (B questions x G trajectories x up to max_turns rows); verl pads it with no-op rows.
-    mini_batch_questions = cfg.batch_size * flow.limits.max_turns
+    # As the single-machine trainer: a mini-batch holds every planner-turn row of its questions (each question
+    # G trajectories x up to max_turns rows); verl pads it with no-op rows.
+    mini_batch_questions = (cfg.ppo_mini_batch_size or cfg.batch_size) * flow.limits.max_turns
     evaluate_only = cfg.algorithm == "frozen" or cfg.max_steps == 0
     actor = "actor_rollout_ref.actor"
     rollout = "actor_rollout_ref.rollout"
@@ -299,7 +309,7 @@ def verl_overrides(cfg: VerlTrainConfig, *, train_files: str, val_files: str, re
         f"{actor}.kl_loss_type": cfg.kl_estimator,
         f"{actor}.entropy_coeff": 0.0,
         f"{actor}.loss_agg_mode": cfg.loss_aggregation.replace("_", "-"),
-        f"{actor}.ppo_epochs": 1,
+        f"{actor}.ppo_epochs": cfg.ppo_epochs,
         f"{actor}.ppo_mini_batch_size": mini_batch_questions,
         f"{actor}.use_dynamic_bsz": True,
         f"{actor}.ppo_max_token_len_per_gpu": cfg.micro_batch_tokens,

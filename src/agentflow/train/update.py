@@ -1,0 +1,207 @@
+"""The policy update of Flow-GRPO: reference log-probs, then `ppo_epochs` passes over mini-batches of
+questions, each pass one optimiser step per mini-batch, its gradient accumulated over micro-batches.
+
+A mini-batch holds whole questions (all their trajectories and every planner turn of those), so the paper's
+normalisation 1/G * 1/T_i * 1/|a| is well defined in it. Row weights (`losses.row_weights`) are computed over
+the whole mini-batch before rows that carry no gradient are skipped, so a step with few informative groups is
+not scaled up. The "old" log-probs are those the rollout recorded: the first update of a batch starts at
+ratio 1, later updates (second mini-batch, second epoch) move away from it, and the clip acts there.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agentflow.train.config import TrainConfig
+from agentflow.train.logprobs import micro_batches, pack_rows, response_logprobs
+from agentflow.train.losses import clipped_surrogate_loss, row_weights
+from agentflow.train.rollout import TurnRow
+
+
+@dataclass
+class UpdateBatch:
+    """The rows of one rollout batch, with what the update needs to weigh them."""
+
+    rows: list[TurnRow]
+    advantages: torch.Tensor
+    """(rows,) advantage of each planner-turn row."""
+    row_group: list[str]
+    """Question id of each row."""
+    trajectories: dict[str, int]
+    """Scored trajectories of each question (G, less those excluded for infrastructure failures)."""
+
+
+def mini_batch_groups(groups: list[str], size: int | None, *, seed: str) -> list[list[str]]:
+    """Questions split into mini-batches of `size` (None: one mini-batch), in an order fixed by `seed`."""
+    order = list(groups)
+    random.Random(seed).shuffle(order)
+    size = size or len(order)
+    return [order[i:i + size] for i in range(0, len(order), size)]
+
+
+class PolicyUpdater:
+    """Runs the update of one step on the trainer's model, optimiser and policy engine."""
+
+    def __init__(self, config: TrainConfig, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                 policy: Any, pad_id: int, ref_model: torch.nn.Module | None, chunked_head: bool) -> None:
+        self.config = config
+        self.model = model
+        self.optimizer = optimizer
+        self.policy = policy
+        self.pad_id = pad_id
+        self.ref_model = ref_model
+        self.chunked_head = chunked_head
+        self.device = next(model.parameters()).device
+        self.vocab_size = model.get_output_embeddings().weight.shape[0]
+
+    def _pack(self, rows: list[TurnRow]) -> Any:
+        return pack_rows(rows, pad_id=self.pad_id, device=self.device, allowed=[r.allowed for r in rows],
+                         vocab_size=self.vocab_size)
+
+    def _micro_batches(self, rows: list[TurnRow]) -> list[list[int]]:
+        return micro_batches(rows, max_rows=self.config.micro_batch_rows, max_tokens=self.config.micro_batch_tokens)
+
+    def replay_masks(self, rows: list[TurnRow]) -> None:
+        """Rebuild each constrained row's token masks (what the rollout could draw from) from its schema."""
+        for row in rows:
+            if row.schema is not None and row.allowed is None:
+                row.allowed = self.policy.allowed_tokens(row.schema, row.response_ids)
+
+    def ref_logprobs(self, rows: list[TurnRow], temperature: float) -> list[torch.Tensor]:
+        """Log-probs of every row under the frozen reference (LoRA: adapter disabled), once per batch."""
+        out: list[torch.Tensor | None] = [None] * len(rows)
+        if self.ref_model is not None:
+            model, ctx = self.ref_model, nullcontext()
+        else:
+            model, ctx = self.model, self.model.disable_adapter()
+        with torch.no_grad(), ctx:
+            for indices in self._micro_batches(rows):
+                logprobs, _ = response_logprobs(model, self._pack([rows[i] for i in indices]),
+                                                temperature=temperature, chunked_head=self.chunked_head)
+                for j, i in enumerate(indices):
+                    out[i] = logprobs[j]
+        return [t for t in out if t is not None]
+
+    def grpo(self, batch: UpdateBatch, *, temperature: float, step: int) -> dict[str, float]:
+        """`ppo_epochs` x mini-batches optimiser steps over `batch`; metrics token-weighted over all of them."""
+        cfg = self.config
+        metrics: dict[str, float] = {}
+        rows = batch.rows
+        start = time.perf_counter()
+        self.replay_masks(rows)
+        metrics["seconds/masks"] = time.perf_counter() - start
+        start = time.perf_counter()
+        ref = self.ref_logprobs(rows, temperature) if cfg.kl_coef > 0 and rows else None
+        metrics["seconds/ref_logprobs"] = time.perf_counter() - start
+
+        start = time.perf_counter()
+        sums: dict[str, float] = {}
+        optimizer_steps, grad_norms, loss_total = 0, [], 0.0
+        groups = list(dict.fromkeys(batch.row_group))
+        for epoch in range(cfg.ppo_epochs):
+            for chunk in mini_batch_groups(groups, cfg.ppo_mini_batch_size, seed=f"{cfg.seed}/{step}/{epoch}"):
+                members = set(chunk)
+                indices = [i for i, g in enumerate(batch.row_group) if g in members]
+                if not indices:
+                    continue
+                lengths = torch.tensor([len(rows[i].response_ids) for i in indices])
+                trajectory = torch.tensor([rows[i].trajectory for i in indices])
+                weights = row_weights(cfg.loss_aggregation, response_lengths=lengths, row_trajectory=trajectory,
+                                      trajectories=sum(batch.trajectories[g] for g in chunk))
+                advantages = batch.advantages[indices]
+                keep = list(range(len(indices))) if cfg.kl_coef > 0 else \
+                    (advantages != 0).nonzero().flatten().tolist()  # zero advantage, no KL: zero gradient
+                if not keep:
+                    continue
+                result = self._optimizer_step(
+                    [rows[indices[k]] for k in keep], advantages[keep], weights[keep], temperature,
+                    None if ref is None else [ref[indices[k]] for k in keep], sums)
+                optimizer_steps += 1
+                grad_norms.append(result["grad_norm"])
+                loss_total += result["loss"]
+                if epoch == cfg.ppo_epochs - 1:
+                    sums["clip_last_epoch"] = sums.get("clip_last_epoch", 0.0) + result["clipped_tokens"]
+                    sums["tokens_last_epoch"] = sums.get("tokens_last_epoch", 0.0) + result["tokens"]
+        seconds = time.perf_counter() - start
+        tokens = max(sums.pop("tokens", 0.0), 1.0)
+        clip_last, tokens_last = sums.pop("clip_last_epoch", 0.0), sums.pop("tokens_last_epoch", 0.0)
+        metrics.update({k: v / tokens for k, v in sums.items()})
+        if tokens_last:
+            metrics["clip_fraction_last_epoch"] = clip_last / tokens_last
+        metrics.update({
+            "loss": loss_total, "optimizer_steps": float(optimizer_steps),
+            "grad_norm": max(grad_norms) if grad_norms else 0.0, "rows": float(len(rows)),
+            "update_tokens": float(sum(len(r.response_ids) for r in rows)), "seconds/update": seconds,
+            "update_tokens_per_s": cfg.ppo_epochs * sum(len(r.prompt_ids) + len(r.response_ids) for r in rows)
+            / max(seconds, 1e-9)})
+        return metrics
+
+    def _optimizer_step(self, rows: list[TurnRow], advantages: torch.Tensor, weights: torch.Tensor,
+                        temperature: float, ref: list[torch.Tensor] | None, sums: dict[str, float]
+                        ) -> dict[str, float]:
+        cfg = self.config
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_total, clipped, tokens = 0.0, 0.0, 0.0
+        for indices in self._micro_batches(rows):
+            packed = self._pack([rows[i] for i in indices])
+            logprobs, entropy = response_logprobs(self.model, packed, temperature=temperature, with_entropy=True,
+                                                  chunked_head=self.chunked_head)
+            ref_lp = None if ref is None else torch.stack([ref[i] for i in indices]).to(logprobs.device)
+            result = clipped_surrogate_loss(
+                logprobs=logprobs, old_logprobs=packed.old_logprobs,
+                advantages=advantages[indices].to(logprobs.device), mask=packed.response_mask,
+                clip_low=cfg.clip_low, clip_high=cfg.clip_high, ref_logprobs=ref_lp, kl_coef=cfg.kl_coef,
+                kl_estimator=cfg.kl_estimator, weights=weights[indices].to(logprobs.device), entropy=entropy)
+            if not torch.isfinite(result.loss):
+                raise FloatingPointError(f"non-finite loss {result.loss.item()}")
+            result.loss.backward()
+            loss_total += float(result.loss.detach())
+            part = result.metrics
+            weight = part["tokens"]
+            tokens += weight
+            clipped += part["clip_fraction"] * weight
+            for key, value in part.items():
+                sums[key] = sums.get(key, 0.0) + (value if key == "tokens" else value * weight)
+        grad_norm = self._step()
+        return {"loss": loss_total, "grad_norm": grad_norm, "clipped_tokens": clipped, "tokens": tokens}
+
+    def _step(self) -> float:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
+        with self.policy.updating_weights():
+            self.optimizer.step()
+        self.model.eval()
+        return float(grad_norm)
+
+    def sft(self, rows: list[TurnRow]) -> dict[str, float]:
+        """One optimiser step of token-mean negative log-likelihood over `rows` (the SFT baseline)."""
+        if not rows:
+            return {"rows": 0.0}
+        start = time.perf_counter()
+        total = float(sum(len(r.response_ids) for r in rows))
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss_total, entropy_sum = 0.0, 0.0
+        for indices in self._micro_batches(rows):
+            packed = self._pack([rows[i] for i in indices])
+            logprobs, entropy = response_logprobs(self.model, packed, with_entropy=True,
+                                                  chunked_head=self.chunked_head)
+            loss = -(logprobs * packed.response_mask).sum() / total
+            loss.backward()
+            loss_total += float(loss.detach())
+            assert entropy is not None
+            entropy_sum += float((entropy * packed.response_mask).sum())
+        grad_norm = self._step()
+        seconds = time.perf_counter() - start
+        return {"loss": loss_total, "grad_norm": grad_norm, "entropy": entropy_sum / total, "rows": float(len(rows)),
+                "update_tokens": total, "optimizer_steps": 1.0, "seconds/update": seconds,
+                "update_tokens_per_s": sum(len(r.prompt_ids) + len(r.response_ids) for r in rows)
+                / max(seconds, 1e-9)}
+

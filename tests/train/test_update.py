@@ -1,0 +1,108 @@
+"""The Flow-GRPO update on a tiny random model: masked log-probs (forced tokens carry no gradient, a fresh
+sample has ratio 1), several updates per batch (the clip acts on the later ones), the paper's weights."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+import torch
+
+from agentflow.config import TransformersEngineConfig
+from agentflow.engines.base import SamplingParams
+from agentflow.engines.hf import TransformersEngine
+from agentflow.train.config import TrainConfig
+from agentflow.train.logprobs import pack_rows, plain_lm_head, response_logprobs
+from agentflow.train.rollout import TurnRow
+from agentflow.train.update import PolicyUpdater, UpdateBatch, mini_batch_groups
+from tests.engines.test_constrained import SCHEMA, byte_tokenizer
+from tests.engines.test_hf import ask, tiny_model
+
+
+@pytest.fixture
+def engine() -> TransformersEngine:
+    torch.set_num_threads(1)
+    tokenizer = byte_tokenizer()
+    return TransformersEngine(TransformersEngineConfig(device="cpu", max_batch_size=16, seed=0),
+                              model=tiny_model(tokenizer), tokenizer=tokenizer)
+
+
+def sample_rows(engine: TransformersEngine, n: int, *, temperature: float = 1.0) -> list[TurnRow]:
+    async def run():
+        sampling = SamplingParams(temperature=temperature, max_tokens=40)
+        return await asyncio.gather(*(engine.generate(ask(f"question {i}"), sampling, json_schema=SCHEMA)
+                                      for i in range(n)))
+
+    replies = asyncio.run(run())
+    return [TurnRow(i, r.prompt_token_ids, r.token_ids, r.logprobs, schema=SCHEMA) for i, r in enumerate(replies)]
+
+
+def updater(engine: TransformersEngine, **overrides) -> PolicyUpdater:
+    model = engine.model.requires_grad_(True)
+    config = TrainConfig.from_dict({"kl_coef": 0.0, "micro_batch_rows": 4, **overrides})
+    optimizer = torch.optim.SGD(model.parameters(), lr=config.learning_rate)
+    return PolicyUpdater(config, model=model, optimizer=optimizer, policy=engine,
+                         pad_id=engine.tokenizer.pad_token_id, ref_model=None, chunked_head=plain_lm_head(model))
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_fresh_sample_has_ratio_one_and_forced_tokens_no_gradient(engine: TransformersEngine, chunked: bool) -> None:
+    """Regression: log-probs of the unmasked model were trained, so grammar-forced tokens (about half of a
+    planner reply) moved probability as if the model had chosen them."""
+    rows = sample_rows(engine, 3)
+    update = updater(engine)
+    update.replay_masks(rows)
+    packed = pack_rows(rows, pad_id=engine.tokenizer.pad_token_id, allowed=[r.allowed for r in rows],
+                       vocab_size=update.vocab_size)
+    logprobs, _ = response_logprobs(engine.model, packed, temperature=1.0, chunked_head=chunked)
+    mask = packed.response_mask.bool()
+    assert torch.allclose(logprobs[mask], packed.old_logprobs[mask], atol=1e-5)  # ratio exp(0) = 1
+    forced = mask & (packed.allowed.sum(-1) == 1)
+    assert forced.sum() > 10 and (mask & ~forced).sum() > 0
+    assert (logprobs[forced] == 0).all()
+    engine.model.zero_grad()
+    logprobs[forced].sum().backward()
+    assert all(p.grad is None or not p.grad.any() for p in engine.model.parameters())
+
+
+def test_chunked_head_matches_the_models_own_forward_in_value_and_gradient(engine: TransformersEngine) -> None:
+    rows = sample_rows(engine, 5)
+    update = updater(engine)
+    update.replay_masks(rows)
+    packed = pack_rows(rows, pad_id=engine.tokenizer.pad_token_id, allowed=[r.allowed for r in rows],
+                       vocab_size=update.vocab_size)
+    weight = engine.model.model.layers[0].mlp.up_proj.weight
+    results = []
+    for chunked in (False, True):
+        engine.model.zero_grad()
+        logprobs, entropy = response_logprobs(engine.model, packed, temperature=0.7, with_entropy=True,
+                                              chunked_head=chunked)
+        (logprobs * torch.linspace(-1, 1, logprobs.shape[1])).sum().backward()
+        results.append((logprobs.detach(), entropy, weight.grad.clone()))
+    (a, ea, ga), (b, eb, gb) = results
+    assert torch.allclose(a, b, atol=1e-5) and torch.allclose(ea, eb, atol=1e-4) and torch.allclose(ga, gb, atol=1e-5)
+
+
+def test_clip_engages_on_the_updates_after_the_first(engine: TransformersEngine) -> None:
+    """Regression: one optimiser step per rollout batch meant the ratio was always 1 and the clip never acted.
+    Two mini-batches x three epochs: six steps, the first at ratio 1, later ones clipped."""
+    rows = sample_rows(engine, 8)  # one trajectory per row; question q0 holds rows 0-3, q1 rows 4-7
+    batch = UpdateBatch(rows=rows, advantages=torch.tensor([1.0, -1.0] * 4),
+                        row_group=["q0"] * 4 + ["q1"] * 4, trajectories={"q0": 4, "q1": 4})
+    update = updater(engine, learning_rate=0.5, ppo_epochs=3, ppo_mini_batch_size=1, max_grad_norm=100.0)
+    metrics = update.grpo(batch, temperature=1.0, step=1)
+    assert metrics["optimizer_steps"] == 6
+    assert metrics["clip_fraction_last_epoch"] > 0  # (forced tokens never move: their ratio stays 1)
+    one_step = updater(engine, learning_rate=0.5).grpo(
+        UpdateBatch(rows=sample_rows(engine, 4), advantages=torch.tensor([1.0, -1.0, 1.0, -1.0]),
+                    row_group=["q0"] * 4, trajectories={"q0": 4}), temperature=1.0, step=1)
+    assert one_step["optimizer_steps"] == 1 and one_step["clip_fraction"] == 0.0
+
+
+def test_mini_batches_hold_whole_questions_in_a_seeded_order() -> None:
+    groups = [f"q{i}" for i in range(5)]
+    split = mini_batch_groups(groups, 2, seed="0/1/0")
+    assert sorted(g for chunk in split for g in chunk) == groups and [len(c) for c in split] == [2, 2, 1]
+    assert split == mini_batch_groups(groups, 2, seed="0/1/0")
+    (whole,) = mini_batch_groups(groups, None, seed="x")
+    assert sorted(whole) == groups
