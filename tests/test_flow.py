@@ -7,8 +7,10 @@ import json
 
 import pytest
 
+from agentflow.clock import waiting_for_capacity
 from agentflow.config import FlowConfig
-from agentflow.errors import ConfigError, EngineServerError, EngineUnavailableError
+from agentflow.engines.base import Engine
+from agentflow.errors import ConfigError, EngineContextOverflowError, EngineServerError, EngineUnavailableError
 from agentflow.flow import Flow
 from agentflow.trajectory import Trajectory
 from tests.conftest import EchoTool, role_engine, role_of
@@ -158,9 +160,49 @@ async def test_question_timeout_cuts_a_hung_engine_and_still_answers(make_flow):
     engine.generate = slow_verifier  # type: ignore[method-assign]
     traj = await asyncio.wait_for(flow.asolve("q"), timeout=5)
     assert traj.stop_reason == "timeout"
-    assert traj.infrastructure_failure.kind == "question_timeout"  # our own time-out says nothing of the policy
     assert traj.answer == "late" and traj.seconds < 1.0
     assert traj.turns[0].tool_call.output == "echo: x"
+    # Regression: a time-out was excluded as infrastructure, so a policy that ran out the clock was never
+    # penalised. Waits for a shared engine do not count against the limit (next test), so what remains is
+    # the flow's own time: scored like any other answer.
+    (failure,) = [f for f in traj.failures if f.kind == "question_timeout"]
+    assert not failure.infrastructure and traj.infrastructure_failure is None
+
+
+async def test_time_waiting_for_a_shared_engine_does_not_count_against_the_limit(make_flow):
+    """Six questions share an engine that serves one request at a time: the last waits ~3 s for capacity,
+    more than its 1 s budget, yet none is cut off; the queue time is recorded."""
+
+    class OneAtATime(Engine):
+        supports_json_schema = True
+
+        def __init__(self, inner: Engine) -> None:
+            self.inner, self.gate = inner, asyncio.Semaphore(1)
+
+        async def generate(self, messages, sampling, *, json_schema=None):
+            with waiting_for_capacity():
+                await self.gate.acquire()
+            try:
+                await asyncio.sleep(0.1)
+                return await self.inner.generate(messages, sampling, json_schema=json_schema)
+            finally:
+                self.gate.release()
+
+    inner = role_engine(planner=[plan("echo")], executor=['{"query": "x"}'], verifier=[STOP],
+                        generator=["<answer>a</answer>"])
+    flow = make_flow(OneAtATime(inner), max_seconds=1.0)
+    trajectories = await asyncio.gather(*(flow.asolve(f"q{i}") for i in range(6)))
+    assert [t.stop_reason for t in trajectories] == ["verifier_stop"] * 6
+    assert max(t.seconds for t in trajectories) > 1.5
+    assert max(t.queue_seconds for t in trajectories) > 1.0
+
+
+async def test_context_overflow_is_the_policys_failure_not_infrastructure(make_flow):
+    engine = role_engine(planner=[plan("echo")], executor=['{"query": "x"}'],
+                         verifier=[EngineContextOverflowError("prompt (9000 tokens) exceeds the context")])
+    traj = await make_flow(engine).asolve("q")
+    assert traj.stop_reason == "error" and traj.infrastructure_failure is None
+    assert [f.kind for f in traj.failures] == ["context_overflow"]
 
 
 async def test_empty_question_is_refused(make_flow):

@@ -58,6 +58,27 @@ class EngineBadRequestError(EngineError):
     kind = "engine_bad_request"
 
 
+class EngineContextOverflowError(EngineBadRequestError):
+    """The prompt plus the reply budget exceed the model's context: the flow's own growth (memory, tool output)
+    caused it, so it is scored as the policy's failure, not excluded as infrastructure."""
+
+    kind = "context_overflow"
+
+
+_OVERFLOW_MARKERS = ("context_length_exceeded", "maximum context length", "exceed_context_size",
+                     "exceeds the available context size", "longer than the model's context length",
+                     "context window", "too many tokens")
+
+
+def bad_request_error(message: str) -> EngineBadRequestError:
+    """The typed error for a refused request: a context overflow when the server's message says so (OpenAI,
+    vLLM, SGLang and llama.cpp word it differently), else a plain bad request."""
+    lowered = message.lower()
+    if any(marker in lowered for marker in _OVERFLOW_MARKERS):
+        return EngineContextOverflowError(message)
+    return EngineBadRequestError(message)
+
+
 class EngineResponseError(EngineError):
     """The server answered, but not with a usable completion (malformed JSON, no choices, null text)."""
 

@@ -5,22 +5,26 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import threading
 from pathlib import Path
 
 import pytest
 
+from agentflow.clock import QuestionClock, question_clock
 from agentflow.config import LlamaCppEngineConfig
 from agentflow.engines.base import SamplingParams
 from agentflow.engines.llamacpp import NEUTRAL_SAMPLER, LlamaCppEngine, default_threads, parse_chat_response
 from agentflow.errors import (
     ConfigError,
     EngineBadRequestError,
+    EngineContextOverflowError,
     EngineResponseError,
     EngineServerError,
     EngineUnavailableError,
     ModelNotFoundError,
 )
 
+MESSAGES = [{"role": "user", "content": "Hi"}]
 PLANNER_SCHEMA = {"type": "object", "additionalProperties": False, "required": ["tool", "sub_goal"],
                   "properties": {"tool": {"enum": ["python", "wikipedia_search"]}, "sub_goal": {"type": "string"}}}
 
@@ -49,7 +53,8 @@ def test_parse_turns_post_sampling_probabilities_into_logprobs() -> None:
 
 @pytest.mark.parametrize(("reply", "error"), [
     ({"error": {"code": 400, "type": "exceed_context_size_error", "message": "request exceeds"}},
-     EngineBadRequestError),
+     EngineContextOverflowError),
+    ({"error": {"code": 400, "type": "invalid_request_error", "message": "bad grammar"}}, EngineBadRequestError),
     ({"error": {"code": 500, "type": "server_error", "message": "decode failed"}}, EngineServerError),
     ({"error": {"code": 503, "type": "unavailable_error", "message": "loading"}}, EngineUnavailableError),
     ({"code": 500, "type": "server_error", "message": "bad utf-8"}, EngineServerError),  # xllamacpp's own shape
@@ -127,6 +132,55 @@ def test_bundled_model_answers_constrained_and_concurrently(engine: LlamaCppEngi
 
     asyncio.run(scenario())
     asyncio.run(engine.aclose())
+
+
+@pytest.mark.slow
+def test_a_cancelled_request_stops_inside_llama_cpp_and_frees_its_slot() -> None:
+    """Regression: an abandoned request (its question timed out) kept decoding to max_tokens in the only slot
+    while the next question waited. Now the stream stops at the next token and the slot serves the next one."""
+    engine = LlamaCppEngine(LlamaCppEngineConfig(n_ctx=1024, n_parallel=1, n_threads=1))
+    story = [{"role": "user", "content": "Write a very long story about a cat who travels the world."}]
+
+    async def scenario() -> None:
+        await engine.generate([{"role": "user", "content": "Hi"}], SamplingParams(max_tokens=2))  # load, warm
+        before = engine.metrics()["tokens_predicted_total"]
+        long = asyncio.create_task(engine.generate(story, SamplingParams(max_tokens=400, temperature=1.0)))
+        await asyncio.sleep(1.0)
+        long.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await long
+        short = await engine.generate([{"role": "user", "content": "Hi"}], SamplingParams(max_tokens=4))
+        assert short.completion_tokens > 0
+        spent = engine.metrics()["tokens_predicted_total"] - before
+        assert spent < 300, f"the cancelled request went on decoding ({spent} tokens)"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        asyncio.run(engine.aclose())
+
+
+async def test_requests_beyond_the_slots_wait_for_capacity_outside_the_question_clock(tmp_path: Path) -> None:
+    """Two requests on one slot: the second waits for the first, and that wait is marked as queue time."""
+    engine = LlamaCppEngine(LlamaCppEngineConfig(n_parallel=1))
+    release = threading.Event()
+
+    def slow_call(body: dict, cancelled: threading.Event) -> dict:
+        release.wait(5)
+        return chat_reply("ok")
+
+    engine._call = slow_call  # type: ignore[method-assign]
+    first = asyncio.create_task(engine.generate(MESSAGES, SamplingParams(max_tokens=2)))
+    await asyncio.sleep(0.05)
+    clock = QuestionClock()
+    with question_clock(clock):
+        second = asyncio.create_task(engine.generate(MESSAGES, SamplingParams(max_tokens=2)))
+    await asyncio.sleep(0.3)
+    assert clock.waiting and clock.active_seconds() < 0.1
+    release.set()
+    assert (await first).text == (await second).text == "ok"
+    assert not clock.waiting and clock.waited_seconds() >= 0.3
+    await engine.aclose()
 
 
 def test_server_entry_point_reports_a_missing_model(tmp_path: Path) -> None:

@@ -12,6 +12,7 @@ from agentflow.engines.base import SamplingParams
 from agentflow.engines.openai_http import DUMMY_API_KEY, OpenAIEngine
 from agentflow.errors import (
     EngineBadRequestError,
+    EngineContextOverflowError,
     EngineRateLimitError,
     EngineResponseError,
     EngineServerError,
@@ -146,6 +147,20 @@ async def test_400_is_bad_request_and_not_retried() -> None:
     with fake_openai_server(status(400, "unknown field")) as server:
         engine = make_engine(server.base_url, max_retries=3)
         with pytest.raises(EngineBadRequestError, match="unknown field"):
+            await engine.generate(MESSAGES, SamplingParams())
+        await engine.aclose()
+    assert len(server.requests) == 1
+
+
+@pytest.mark.parametrize("message", [
+    "This model's maximum context length is 4096 tokens. However, you requested 5000 tokens.",  # vLLM, OpenAI
+    "Input is longer than the model's context length",  # SGLang
+    "request (5000 tokens) exceeds the available context size (4096 tokens), try increasing it",  # llama.cpp
+])
+async def test_a_context_overflow_is_told_apart_from_other_bad_requests(message: str) -> None:
+    with fake_openai_server(status(400, message)) as server:
+        engine = make_engine(server.base_url, max_retries=3)
+        with pytest.raises(EngineContextOverflowError):
             await engine.generate(MESSAGES, SamplingParams())
         await engine.aclose()
     assert len(server.requests) == 1

@@ -10,7 +10,7 @@ import pytest
 
 from agentflow.errors import ConfigError
 from agentflow.eval.benchmarks import BENCHMARKS, infer_kind, load_benchmark
-from agentflow.scoring import get_scorer
+from agentflow.scoring import available_scorers, get_scorer, gold_layout
 
 SHIPPED = {"bamboogle": 125, "2wiki": 200, "hotpotqa": 100, "musique": 200, "aime24": 30, "amc23": 40,
            "gameof24": 300, "medqa": 300}
@@ -133,6 +133,23 @@ def test_benchmark_file_by_path_with_inferred_scorer(tmp_path: Path) -> None:
     maths.write_text(json.dumps([{"question": "1+1?", "answer": 2}, {"question": "half of 1?", "answer": "1/2"}]))
     assert load_benchmark(str(maths)).scorer == "math"
     assert load_benchmark(str(maths), scorer="exact_match").scorer == "exact_match"
+
+
+@pytest.mark.parametrize("scorer", sorted(available_scorers()))
+def test_every_registered_scorer_reads_a_users_file(tmp_path: Path, scorer: str) -> None:
+    """Regression: `--scorer cover_em` (the training task's scorer) was refused with "no known gold layout"."""
+    records = {
+        "qa": [{"question": "Capital of France?", "answer": ["Paris"]}],
+        "math": [{"question": "1+1?", "answer": "2"}],
+        "gameof24": [{"question": [4, 6, 1, 1]}],
+        "multiple_choice": [{"question": "Sky?", "options": ["A. blue", "B. red"], "answer": "A"}],
+    }[gold_layout(scorer)]
+    path = tmp_path / "mine.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    bench = load_benchmark(str(path), scorer=scorer)
+    assert bench.scorer == scorer and len(bench.items) == 1
+    answer = {"qa": "Paris", "math": "2", "gameof24": "(4 * 6) * 1 * 1", "multiple_choice": "A"}
+    assert get_scorer(scorer)(answer[gold_layout(scorer)], bench.items[0].gold).correct
 
 
 def test_infer_kind() -> None:

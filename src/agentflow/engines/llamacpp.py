@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentflow.bundled import bundled_model_path
+from agentflow.clock import waiting_for_capacity
 from agentflow.config import LlamaCppEngineConfig
 from agentflow.engines.base import Completion, Engine, Message, SamplingParams
 from agentflow.errors import (
@@ -37,6 +38,7 @@ from agentflow.errors import (
     EngineServerError,
     EngineUnavailableError,
     ModelNotFoundError,
+    bad_request_error,
 )
 
 log = logging.getLogger(__name__)
@@ -113,8 +115,10 @@ class LlamaCppEngine(Engine):
     Token ids: `token_ids` are the generated tokens. `prompt_token_ids` is None: llama.cpp's chat endpoint
     does not return the tokenised prompt.
 
-    Cancelling a call (e.g. a question's time limit) returns at once; the request itself finishes in the
-    background, bounded by its max_tokens.
+    Capacity: at most `n_parallel` requests are handed to llama.cpp at once (one per slot); the others wait
+    here, and that wait is marked as waiting for capacity (`agentflow.clock`), so a question's time limit does
+    not count it. Cancelling a call (e.g. a question's time limit) stops its request inside llama.cpp at the
+    next token: replies are streamed, and the stream is abandoned, which frees the slot for the next request.
     """
 
     supports_json_schema = True
@@ -127,9 +131,10 @@ class LlamaCppEngine(Engine):
         self._server: Any = None
         self._load_lock = threading.Lock()
         self._closed = False
-        # One thread per request that may wait in llama.cpp; extra requests queue here instead.
-        self._executor = ThreadPoolExecutor(max_workers=max(8, 2 * self.config.n_parallel),
-                                            thread_name_prefix="llamacpp")
+        # One thread per slot: llama.cpp never queues a request of ours; the rest wait on `_slots`.
+        self._executor = ThreadPoolExecutor(max_workers=self.config.n_parallel, thread_name_prefix="llamacpp")
+        self._slots: asyncio.Semaphore | None = None
+        self._slots_loop: asyncio.AbstractEventLoop | None = None
         self.load_seconds: float | None = None
 
     # -- loading -------------------------------------------------------------------------------------------
@@ -181,22 +186,50 @@ class LlamaCppEngine(Engine):
                                        "json_schema": {"name": "reply", "schema": json_schema, "strict": True}}
         return body
 
-    def _call(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _call(self, body: dict[str, Any], cancelled: threading.Event) -> dict[str, Any]:
+        """Stream one request through llama.cpp (in a worker thread) and assemble the reply as llama.cpp's
+        non-streaming answer would be; stop the stream as soon as `cancelled` is set."""
         self.load()
+        reply = _StreamedReply()
+
+        def on_chunk(chunk: Any) -> bool:
+            if cancelled.is_set():
+                return True  # llama.cpp cancels the request and frees its slot
+            reply.add(chunk)
+            return False
+
         try:
-            return self._server.handle_chat_completions(body)
+            self._server.handle_chat_completions({**body, "stream": True, "stream_options": {"include_usage": True}},
+                                                 on_chunk)
         except ValueError as err:  # request validation: bad messages, unsupported schema, template failure
             raise EngineBadRequestError(f"llama.cpp refused the request: {err}") from err
         except Exception as err:
             raise EngineServerError(f"llama.cpp failed: {type(err).__name__}: {err}") from err
+        return reply.response()
+
+    def _capacity(self) -> asyncio.Semaphore:
+        loop = asyncio.get_running_loop()
+        if self._slots is None or self._slots_loop is not loop:  # one per event loop (tests run several)
+            self._slots, self._slots_loop = asyncio.Semaphore(self.config.n_parallel), loop
+        return self._slots
 
     async def generate(self, messages: list[Message], sampling: SamplingParams, *,
                        json_schema: dict[str, Any] | None = None) -> Completion:
         if self._closed:
             raise EngineUnavailableError("the llama.cpp engine is closed")
         body = self.request_body(messages, sampling, json_schema)
-        started = time.perf_counter()
-        response = await asyncio.get_running_loop().run_in_executor(self._executor, self._call, body)
+        slots = self._capacity()
+        with waiting_for_capacity():
+            await slots.acquire()
+        cancelled = threading.Event()
+        try:
+            started = time.perf_counter()
+            response = await asyncio.get_running_loop().run_in_executor(self._executor, self._call, body, cancelled)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        finally:
+            slots.release()
         seconds = time.perf_counter() - started
         completion = parse_chat_response(response, model=self.model_name, seconds=seconds)
         timings = response.get("timings") or {}
@@ -240,6 +273,43 @@ class LlamaCppEngine(Engine):
         }
 
 
+class _StreamedReply:
+    """Chunks of a streamed chat completion, put back together as llama.cpp's non-streaming reply."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.logprobs: list[Any] = []
+        self.last: dict[str, Any] = {}
+        self.finish_reason: str | None = None
+        self.error: Any = None
+
+    def add(self, chunk: Any) -> None:
+        if not isinstance(chunk, dict):
+            self.error = self.error or {"code": 500, "message": f"llama.cpp streamed {type(chunk).__name__}"}
+            return
+        if "error" in chunk or ("choices" not in chunk and "message" in chunk):
+            self.error = chunk.get("error", chunk)
+            return
+        self.last = chunk
+        for choice in chunk.get("choices") or []:
+            delta = choice.get("delta") or {}
+            if isinstance(delta.get("content"), str):
+                self.text.append(delta["content"])
+            content = (choice.get("logprobs") or {}).get("content")
+            if isinstance(content, list):
+                self.logprobs.extend(content)
+            self.finish_reason = choice.get("finish_reason") or self.finish_reason
+
+    def response(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"error": self.error}
+        if not self.last:
+            return {}
+        return {"choices": [{"message": {"content": "".join(self.text)}, "finish_reason": self.finish_reason,
+                             "logprobs": {"content": self.logprobs} if self.logprobs else None}],
+                "usage": self.last.get("usage"), "timings": self.last.get("timings")}
+
+
 def _error_for_status(status: int, message: str) -> EngineError:
     if status == 429:
         return EngineRateLimitError(message)
@@ -247,7 +317,7 @@ def _error_for_status(status: int, message: str) -> EngineError:
         return EngineUnavailableError(message)
     if status >= 500:
         return EngineServerError(message)
-    return EngineBadRequestError(message)
+    return bad_request_error(message)
 
 
 def parse_chat_response(response: Any, *, model: str, seconds: float) -> Completion:

@@ -18,13 +18,13 @@ import openai
 from agentflow.config import OpenAIEngineConfig
 from agentflow.engines.base import Completion, Engine, Message, SamplingParams, with_retries
 from agentflow.errors import (
-    EngineBadRequestError,
     EngineError,
     EngineRateLimitError,
     EngineResponseError,
     EngineServerError,
     EngineTimeoutError,
     EngineUnavailableError,
+    bad_request_error,
 )
 
 log = logging.getLogger(__name__)
@@ -135,7 +135,9 @@ def map_openai_error(err: openai.APIError, *, base_url: str) -> EngineError:
             return EngineRateLimitError(message)
         if status >= 500:
             return EngineServerError(message)
-        return EngineBadRequestError(message)
+        inner = err.body.get("error") if isinstance(err.body, dict) else None
+        code = inner.get("code") if isinstance(inner, dict) else None
+        return bad_request_error(f"{message} ({code})" if isinstance(code, str) else message)
     # APIResponseValidationError and friends: the server answered something that is not a chat completion.
     return EngineResponseError(f"{base_url}: unusable reply: {err}")
 

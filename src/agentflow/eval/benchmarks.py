@@ -25,7 +25,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from agentflow.errors import ConfigError
-from agentflow.scoring import get_scorer
+from agentflow.scoring import gold_layout
 from agentflow.scoring.gameof24 import puzzle_numbers
 from agentflow.scoring.multiple_choice import gold_letter, normalize_options
 from agentflow.scoring.qa import accepted_answers
@@ -34,8 +34,7 @@ log = logging.getLogger(__name__)
 
 KINDS = ("qa", "math", "gameof24", "multiple_choice")
 _KIND_SCORER = {"qa": "exact_match", "math": "math", "gameof24": "gameof24", "multiple_choice": "multiple_choice"}
-_SCORER_KIND = {"exact_match": "qa", "f1": "qa", "math": "math", "gameof24": "gameof24",
-                "multiple_choice": "multiple_choice"}
+"""The default scorer of each gold layout; `--scorer` picks any registered scorer (its layout is registered)."""
 
 
 @dataclass(frozen=True)
@@ -129,10 +128,7 @@ def load_benchmark(bench: str, *, data: str | Path | None = None, scorer: str | 
         raw, source, name = path.read_bytes(), str(path.resolve()), _bench_name(path)
         records = _read_records(raw, path.suffix)
         if scorer is not None:
-            get_scorer(scorer)
-            if scorer not in _SCORER_KIND:
-                raise ConfigError(f"--scorer {scorer!r} has no known gold layout; use one of {', '.join(_SCORER_KIND)}")
-            kind = _SCORER_KIND[scorer]
+            kind = gold_layout(scorer)
         else:
             kind = infer_kind(records, name)
     items, notes = _make_items(name, kind, records, source)

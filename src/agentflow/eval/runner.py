@@ -43,7 +43,7 @@ from agentflow.eval.results import (
     write_json,
 )
 from agentflow.scoring import get_scorer
-from agentflow.trajectory import Failure, Trajectory
+from agentflow.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
 
@@ -291,12 +291,9 @@ class EvalRun:
         seconds = time.monotonic() - start
         relative = f"trajectories/{safe_name(item.id)}.json"
         traj.write(self.out / relative)
+        # A question's own time-out is scored (its answer is whatever the generator wrote in the time left):
+        # waits for a shared engine do not count against the limit, so what ran out is the agent's own time.
         infra = traj.infrastructure_failure
-        if infra is None and traj.stop_reason == "timeout":
-            # Our own time budget ran out: that says more about the machine than about the agent's answer
-            # (DESIGN: "timeout of our own" is infrastructure). Reported apart and retried by --retry-failed.
-            infra = next((f for f in traj.failures if f.kind == "question_timeout"), None) or Failure(
-                stage="flow", kind="question_timeout", message="the question's time budget ran out")
         if infra is not None:
             return _item_record(item, status="infra_error", seconds=seconds, traj=traj, trajectory=relative,
                                 error=ItemError(kind=infra.kind, stage=infra.stage, message=infra.message[:1000]))

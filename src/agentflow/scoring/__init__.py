@@ -5,9 +5,18 @@
 """
 
 from agentflow.scoring import gameof24, math_equiv, multiple_choice, qa  # noqa: F401  (registers the scorers)
-from agentflow.scoring.base import Score, Scorer, available_scorers, binary, get_scorer, register_scorer
+from agentflow.scoring.base import (
+    GOLD_LAYOUTS,
+    Score,
+    Scorer,
+    available_scorers,
+    binary,
+    get_scorer,
+    gold_layout,
+    register_scorer,
+)
 from agentflow.scoring.extract import extract_answer
 from agentflow.scoring.qa import normalize_answer, token_f1
 
-__all__ = ["Score", "Scorer", "available_scorers", "binary", "extract_answer", "get_scorer", "normalize_answer",
-           "register_scorer", "token_f1"]
+__all__ = ["GOLD_LAYOUTS", "Score", "Scorer", "available_scorers", "binary", "extract_answer", "get_scorer",
+           "gold_layout", "normalize_answer", "register_scorer", "token_f1"]

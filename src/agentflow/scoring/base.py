@@ -27,19 +27,36 @@ Scorer = Callable[[str, Any], Score]
 
 _REGISTRY: dict[str, Scorer] = {}
 _DESCRIPTIONS: dict[str, str] = {}
+_GOLD_LAYOUTS: dict[str, str] = {}
+
+GOLD_LAYOUTS = ("qa", "math", "gameof24", "multiple_choice")
+"""How a benchmark file's gold answer is read for a scorer: `qa` (accepted answer strings), `math` (one
+answer string), `gameof24` (the puzzle's numbers), `multiple_choice` (options and the right one)."""
 
 
-def register_scorer(name: str, *, description: str = "") -> Callable[[Scorer], Scorer]:
-    """Decorator that makes a scorer available by name to `agentflow eval` and to the trainer's rewards."""
+def register_scorer(name: str, *, description: str = "", gold: str = "qa") -> Callable[[Scorer], Scorer]:
+    """Decorator that makes a scorer available by name to `agentflow eval` and to the trainer's rewards.
+
+    `gold` names the layout of the gold answer the scorer expects (one of GOLD_LAYOUTS), so `agentflow eval
+    FILE --scorer NAME` can read any registered scorer's gold from a user's file."""
+    if gold not in GOLD_LAYOUTS:
+        raise ValueError(f"scorer {name!r}: gold layout {gold!r} is not one of {', '.join(GOLD_LAYOUTS)}")
 
     def decorate(fn: Scorer) -> Scorer:
         if name in _REGISTRY and _REGISTRY[name] is not fn:
             raise ValueError(f"scorer name {name!r} registered twice")
         _REGISTRY[name] = fn
         _DESCRIPTIONS[name] = description or (fn.__doc__ or "").strip().splitlines()[0]
+        _GOLD_LAYOUTS[name] = gold
         return fn
 
     return decorate
+
+
+def gold_layout(name: str) -> str:
+    """The gold layout the scorer registered under `name` expects."""
+    get_scorer(name)
+    return _GOLD_LAYOUTS[name]
 
 
 def get_scorer(name: str) -> Scorer:

@@ -115,7 +115,8 @@ def _candidates(answer: str) -> list[str]:
     return [answer] + runs[-1:]
 
 
-@register_scorer("gameof24", description="Game of 24: safe AST check, each number once, exact arithmetic == 24.")
+@register_scorer("gameof24", gold="gameof24",
+                 description="Game of 24: safe AST check, each number once, exact arithmetic == 24.")
 def game_of_24(prediction: str, gold: Any) -> Score:
     """Game of 24 (gold: the puzzle's numbers): correct when the expression in the answer makes 24 by the rules."""
     numbers = puzzle_numbers(gold)

@@ -35,7 +35,8 @@ def _parse(text: str) -> list[Any]:
     return parsed
 
 
-@register_scorer("math", description="Math: symbolic/numeric equivalence with math-verify (boxed, fractions, units).")
+@register_scorer("math", gold="math",
+                 description="Math: symbolic/numeric equivalence with math-verify (boxed, fractions, units).")
 def math_equivalence(prediction: str, gold: Any) -> Score:
     """Math: correct when math-verify finds the prediction equal to the gold answer; reward 1/0."""
     answer = extract_answer(prediction)

@@ -102,7 +102,7 @@ def _text_matches(answer: str, options: dict[str, str]) -> tuple[str | None, set
     return None, mentioned
 
 
-@register_scorer("multiple_choice",
+@register_scorer("multiple_choice", gold="multiple_choice",
                  description="Multiple choice: one option by letter or text; none or several is wrong.")
 def multiple_choice(prediction: str, gold: Any) -> Score:
     """Multiple choice (gold: {"options": {letter: text} or ["A. text", ...], "answer": letter/text/index})."""
