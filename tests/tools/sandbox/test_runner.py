@@ -17,6 +17,7 @@ import pytest
 
 from agentflow.tools.sandbox import run_python_sandboxed, run_python_sandboxed_sync
 from agentflow.tools.sandbox.process_level import world_accessible
+from tests.tools.sandbox.hostile import run_hostile
 
 
 def _gone(pid: int) -> bool:
@@ -281,3 +282,14 @@ def testworld_accessible() -> None:
         assert not world_accessible(str(folder))
     finally:
         shutil.rmtree(folder)
+
+
+async def test_process_limit_counts_each_sandbox_apart() -> None:
+    """RLIMIT_NPROC is counted in each run's own user namespace: concurrent runs do not eat each other's share.
+
+    (The audit hook would refuse the forks; it is switched off to reach the kernel's limit.)
+    """
+    code = ("import os, time\nfor _ in range(6):\n    if os.fork() == 0:\n        time.sleep(1.5)\n"
+            "        os._exit(0)\nprint('forked 6')")
+    results = await asyncio.gather(*(run_hostile(code, max_processes=8, timeout_s=30.0) for _ in range(6)))
+    assert [r.stdout for r in results] == ["hook off\nforked 6\n"] * 6, [r.stderr for r in results]

@@ -125,8 +125,8 @@ async def _settings(python: str, isolation: Isolation, base: str, read_paths: Se
         workdir, root = os.path.join(base, "work"), os.path.join(base, "root")
         os.mkdir(workdir, 0o700)
         os.mkdir(root, 0o700)
-        layers = ["level:kernel", *([] if identity else ["user_namespace"]), "pid_namespace", "mount_namespace",
-                  "network_namespace", "ipc_namespace", "landlock", "seccomp"]
+        layers = ["level:kernel", "user_namespace", "pid_namespace", "mount_namespace", "network_namespace",
+                  "ipc_namespace", "landlock", "seccomp"]
         settings = {"level": "kernel", "dir": workdir, "root": root, "read_paths": list(policy.paths),
                     "links": policy.links, "parent_pid": os.getpid()}
         prefix: tuple[str, ...] = ()
@@ -155,9 +155,11 @@ async def _run(code: str, *, python: str, isolation: Isolation, timeout_s: float
     try:
         settings, isolation_record, prefix = await _settings(python, isolation, base, read_paths,
                                                              network_namespace, drop_privileges)
-        run_uid = settings["uid"] if settings["uid"] is not None else os.getuid()
-        # Root ignores RLIMIT_NPROC, so only other users need the scan of their running tasks.
-        nproc = max_processes + (await asyncio.to_thread(tasks_of, run_uid) if run_uid != 0 else 0)
+        if isolation == "kernel":  # counted in the sandbox's own user namespace: its processes, outer and init
+            nproc = max_processes + 2
+        else:  # counted per user across the machine; root ignores it, so only other users need the scan
+            run_uid = settings["uid"] if settings["uid"] is not None else os.getuid()
+            nproc = max_processes + (await asyncio.to_thread(tasks_of, run_uid) if run_uid != 0 else 0)
     except BaseException:
         shutil.rmtree(base, ignore_errors=True)
         raise

@@ -4,9 +4,10 @@ At the kernel level three processes take part:
 
 * the *outer* process (the one the parent started): creates the namespaces, forks, waits and reports the exit
   status; on SIGTERM it kills the namespace's first process and waits until the kernel has removed them all;
-* *init*, PID 1 of the new PID namespace: builds the new root, drops to the unprivileged user, applies the
-  limits, Landlock and seccomp, forks the user's process, reaps orphans, and sends the user's exit status to the
-  outer process. When it dies (its parent's death kills it too) the kernel kills every process in the namespace;
+* *init*, PID 1 of the new PID namespace: builds the new root, drops to the unprivileged user (in a user
+  namespace of its own, when we start as root), applies the limits, Landlock and seccomp, forks the user's
+  process, reaps orphans, and sends the user's exit status to the outer process. When it dies (its parent's
+  death kills it too) the kernel kills every process in the namespace;
 * the *user* process: a nested Landlock domain of its own (it cannot signal or trace init), then the code.
 
 A failure to set something up ends the run with exit status 125 and one line `agentflow-sandbox: <step>: <error>`
@@ -88,7 +89,7 @@ def _landlock_rules(cfg: dict, has_proc: bool) -> list[tuple[str, int]]:
 def _outer(cfg: dict) -> int:
     """Create the namespaces and fork init; returns init's pid (in the outer process) after the fork."""
     with _Step("parent watch"):
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # if agentflow dies, we end the run as on a timeout
     if os.getppid() != cfg["parent_pid"]:
         os._exit(SETUP_FAILED)  # the parent died before we could watch it
     flags = mounts.CLONE_NEWNS | mounts.CLONE_NEWPID | mounts.CLONE_NEWNET | mounts.CLONE_NEWIPC
@@ -108,12 +109,18 @@ def _init(cfg: dict, status_w: int, alive_r: int) -> None:
     with _Step("new root (mount namespace)"):
         has_proc = mounts.build_root(cfg["root"], cfg["read_paths"], cfg["links"], cfg["dir"])
         os.chdir(cfg["dir"])
-    with _Step("privilege drop"):
-        if cfg["uid"] is not None:
+    if cfg["uid"] is not None:
+        with _Step("privilege drop"):
             _drop_to(cfg["uid"], cfg["gid"])
-        drop_capabilities()
+            prctl(PR_SET_DUMPABLE, 1)  # the uid change hid our /proc entries, which the id maps are written to
+        # A user namespace of our own: RLIMIT_NPROC counts per (namespace, uid), so only this sandbox's processes.
+        with _Step("namespaces (user namespace)"):
+            mounts.unshare(mounts.CLONE_NEWUSER)
+            mounts.map_to_self(cfg["uid"], cfg["gid"])
+    with _Step("privilege drop"):
+        drop_capabilities()  # also those a new user namespace grants its creator
         prctl(PR_SET_DUMPABLE, 0)  # the user's process may not open our /proc entries
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the drop, which clears it
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # after the changes of identity, which clear it
     if select.select([alive_r], [], [], 0)[0]:
         os._exit(SETUP_FAILED)  # end of file: the outer process died before the watch was set
     _set_limits(cfg["rlimits"])
