@@ -16,11 +16,12 @@ on stderr before any user code has run.
 
 from __future__ import annotations
 
+# The C module: `signal` wraps it in enums, whose import costs milliseconds at every start.
+import _signal as signal
 import marshal
 import os
 import resource
 import select
-import signal
 import sys
 
 from . import landlock, mounts, run_code, seccomp

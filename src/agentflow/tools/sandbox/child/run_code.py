@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import _posixsubprocess
 import builtins
-import linecache
 import os
 import sys
 
@@ -96,14 +95,13 @@ def run(source: str, workdir: str) -> None:
     for name in [n for n in sys.modules if n == "child" or n.startswith("child.")]:
         del sys.modules[name]  # `import child` in the user's code must not find us
     install_hook(os.path.realpath(workdir))
-    linecache.cache["<code>"] = (len(source), None, source.splitlines(True), "<code>")
     main = type(sys)("__main__")
     main.__dict__["__builtins__"] = builtins
     sys.modules["__main__"] = main
     try:
         compiled = compile(source, "<code>", "exec")
     except (SyntaxError, ValueError) as err:
-        import traceback  # only on failure: it costs milliseconds at every start
+        import traceback  # here, not at the top: with linecache it costs ~20 ms of CPU at every start
 
         sys.stderr.write("".join(traceback.format_exception_only(type(err), err)))
         sys.exit(1)
@@ -112,8 +110,10 @@ def run(source: str, workdir: str) -> None:
     except SystemExit:
         raise
     except BaseException as err:
+        import linecache
         import traceback
 
+        linecache.cache["<code>"] = (len(source), None, source.splitlines(True), "<code>")
         report = traceback.TracebackException(type(err), err, err.__traceback__)
         for each in (report, *(e for e in (report.__cause__, report.__context__) if e is not None)):
             each.stack = traceback.StackSummary.from_list([f for f in each.stack if not _ours(f.filename)])
