@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -38,7 +39,7 @@ def open_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     victim.write_text("original")
     victim.chmod(0o666)
     yield folder
-    subprocess.run(["rm", "-rf", str(folder)], check=False)
+    shutil.rmtree(folder)
 
 
 def _targets(open_dir: Path) -> dict[str, Path]:

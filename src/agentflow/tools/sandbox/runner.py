@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import marshal
 import math
@@ -26,6 +27,7 @@ from pydantic import BaseModel, Field
 from agentflow.errors import SandboxUnavailableError
 from agentflow.tools.sandbox import process_level
 from agentflow.tools.sandbox.capture import Capture, drain
+from agentflow.tools.sandbox.child import landlock
 from agentflow.tools.sandbox.levels import Isolation, explain_failure, unavailable_message, warn_process_level
 from agentflow.tools.sandbox.policy import read_policy, tasks_of, unprivileged_identity
 
@@ -116,6 +118,15 @@ async def run_python_sandboxed(
                       network_namespace=network_namespace, drop_privileges=drop_privileges, on_start=on_start)
 
 
+@functools.lru_cache(maxsize=1)
+def _landlock_abi() -> int:
+    """This kernel's Landlock ABI, for the record (the child checks it again and refuses without Landlock)."""
+    try:
+        return landlock.abi_version()
+    except OSError:
+        return 0
+
+
 async def _settings(python: str, isolation: Isolation, base: str, read_paths: Sequence[str],
                     network_namespace: bool, drop_privileges: bool | None) -> tuple[dict, list[str], list[str]]:
     """The child's settings (without limits), the command prefix, and the layers for the result's record."""
@@ -126,7 +137,7 @@ async def _settings(python: str, isolation: Isolation, base: str, read_paths: Se
         os.mkdir(workdir, 0o700)
         os.mkdir(root, 0o700)
         layers = ["level:kernel", "user_namespace", "pid_namespace", "mount_namespace", "network_namespace",
-                  "ipc_namespace", "landlock", "seccomp"]
+                  "ipc_namespace", f"landlock:abi{_landlock_abi()}", "seccomp"]
         settings = {"level": "kernel", "dir": workdir, "root": root, "read_paths": list(policy.paths),
                     "links": policy.links, "parent_pid": os.getpid()}
         prefix: tuple[str, ...] = ()
