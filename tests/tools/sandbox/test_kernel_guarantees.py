@@ -243,8 +243,7 @@ async def test_nothing_survives_the_call() -> None:
 
 
 async def test_the_timeout_kills_everything() -> None:
-    pids: list[int] = []
-    result = await run_hostile(SURVIVOR + "while True:\n    pass\n", timeout_s=3.0, on_start=pids.append)
+    result = await run_hostile(SURVIVOR + "while True:\n    pass\n", timeout_s=8.0)
     assert result.timed_out and "survivor started" in result.stdout
     namespace = result.stdout.split("survivor started in ")[1].split()[0]
     assert processes_in(namespace) == []
