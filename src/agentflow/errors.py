@@ -21,6 +21,12 @@ class ModelNotFoundError(ConfigError):
     kind = "model_not_found"
 
 
+class SandboxUnavailableError(ConfigError):
+    """The kernel lacks a mechanism the chosen sandbox isolation level needs; the message says how to enable it."""
+
+    kind = "sandbox_unavailable"
+
+
 class EngineError(AgentFlowError):
     """A call to a language-model engine failed."""
 

@@ -160,3 +160,38 @@ def test_executor_writes_code_directly():
 
     schema = PythonTool().executor_schema()
     assert schema["required"] == ["code"] and set(schema["properties"]) == {"code"}
+
+
+@pytest.mark.parametrize("example", PythonTool.examples, ids=lambda e: e.sub_goal)
+async def test_worked_examples_run(example) -> None:
+    result = await _run(example.input)
+    assert result.data["ok"] is True and result.output.strip(), result.output
+
+
+@pytest.mark.parametrize(("task", "reply"), CODE_WRITER_EXAMPLES)
+async def test_code_writer_examples_run(task: str, reply: str) -> None:
+    result = await _run({"code": extract_code(reply)})
+    assert result.output == {"Compute 15 * 42": "630", "Add 120, 35 and 7": "162"}[task]
+
+
+@pytest.mark.parametrize(("code", "expected"), [
+    ("import numpy as np\nprint(np.linalg.solve([[2, 1], [1, 3]], [3, 5]).round(6).tolist())", "[0.8, 1.4]"),
+    ("import sympy\nx = sympy.symbols('x')\nprint(sympy.integrate(x ** 2, (x, 0, 3)))", "9"),
+    ("import json, os, tempfile\nos.makedirs('data/sub')\njson.dump({'a': 1}, open('data/sub/f.json', 'w'))\n"
+     "with tempfile.TemporaryDirectory() as d:\n    open(os.path.join(d, 't'), 'w').write('t')\n"
+     "print(json.load(open('data/sub/f.json'))['a'] + len(os.listdir('data')))", "2"),
+    ("import fractions, itertools, math, statistics, decimal, datetime, collections\n"
+     "print(math.comb(10, 3), statistics.median([3, 1, 2]), datetime.date(2024, 3, 1).isoformat())",
+     "120 2 2024-03-01"),
+])
+async def test_ordinary_code_runs_under_the_kernel_sandbox(code: str, expected: str) -> None:
+    if "sympy" in code:
+        pytest.importorskip("sympy")
+    result = await _run({"code": code}, timeout_s=60.0)
+    assert result.output == expected, result.output
+    assert result.data["isolation"][0] == "level:kernel"
+
+
+def test_isolation_setting_is_validated() -> None:
+    with pytest.raises(ConfigError):
+        create_tool("python", {"isolation": "none"})

@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentflow.engines.base import Message
 from agentflow.errors import ConfigError, ToolError, ToolTimeoutError
-from agentflow.sandbox import SandboxResult, run_python_sandboxed
 from agentflow.tools.base import Tool, ToolContext, ToolExample, ToolResult, ToolSettings, register_tool
+from agentflow.tools.sandbox import Isolation, SandboxResult, check_isolation, run_python_sandboxed
 
 CODE_WRITER_SYSTEM = (
     "You write short Python 3 programs. Reply with one ```python code block and nothing else. "
@@ -54,7 +54,13 @@ class PythonSettings(ToolSettings):
     max_output_chars: int = Field(4000, ge=100, description="Kept of each of stdout and stderr (head + tail).")
     max_file_mb: int = Field(16, ge=1, description="Largest file the code may write.")
     python: str | None = Field(None, description="Interpreter to run; default: the one running agentflow.")
-    network_namespace: bool = Field(True, description="Also isolate the network with `unshare`, where allowed.")
+    isolation: Isolation = Field(
+        "kernel", description="'kernel': namespaces, Landlock and seccomp confine the code, or the tool refuses to "
+        "run; 'process': only limits and an audit hook (not safe against hostile code), warned once and recorded.")
+    read_paths: list[str] = Field(
+        default_factory=list, description="Folders or files the code may also read (kernel level), besides the "
+        "system libraries and the interpreter's own library folders; nothing else is visible to it.")
+    network_namespace: bool = Field(True, description="Process level: isolate the network with `unshare`, if allowed.")
 
 
 def extract_code(reply: str) -> str:
@@ -111,6 +117,10 @@ class PythonTool(Tool):
                                                       memory=self.settings.memory_mb)
         return card
 
+    async def check(self) -> None:
+        """Refuse early, naming what the kernel lacks, when the configured isolation level cannot hold here."""
+        await check_isolation(self.settings.python or sys.executable, self.settings.isolation)
+
     def executor_schema(self) -> dict[str, Any]:
         # The executor writes the code itself: one model call instead of two; `task` stays for direct use
         # and for engines without constrained decoding.
@@ -129,8 +139,8 @@ class PythonTool(Tool):
             result = await run_python_sandboxed(
                 program, timeout_s=budget, cpu_s=self.settings.cpu_s, memory_mb=self.settings.memory_mb,
                 max_output_chars=self.settings.max_output_chars, max_file_mb=self.settings.max_file_mb,
-                python=self.settings.python or sys.executable,
-                network_namespace=self.settings.network_namespace)
+                python=self.settings.python or sys.executable, isolation=self.settings.isolation,
+                read_paths=self.settings.read_paths, network_namespace=self.settings.network_namespace)
         except OSError as err:
             raise ConfigError(f"python tool: cannot start the interpreter "
                               f"{self.settings.python or sys.executable!r}: {err}") from err

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from agentflow.sandbox import _world_accessible, run_python_sandboxed, run_python_sandboxed_sync
+from agentflow.tools.sandbox import run_python_sandboxed, run_python_sandboxed_sync
+from agentflow.tools.sandbox.process_level import world_accessible
+from tests.tools.sandbox.hostile import run_hostile
 
 
 def _gone(pid: int) -> bool:
@@ -250,7 +252,7 @@ def test_sync_wrapper() -> None:
 
 def _system_python() -> str | None:
     for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
-        if os.path.exists(candidate) and _world_accessible(os.path.realpath(candidate)):
+        if os.path.exists(candidate) and world_accessible(os.path.realpath(candidate)):
             return candidate
     return None
 
@@ -258,7 +260,7 @@ def _system_python() -> str | None:
 @pytest.mark.skipif(os.geteuid() != 0, reason="privilege drop applies only when running as root")
 async def test_root_drops_to_nobody_where_the_interpreter_allows() -> None:
     python = _system_python()
-    if python is None or not _world_accessible(os.path.dirname(os.path.realpath(python))):
+    if python is None or not world_accessible(os.path.dirname(os.path.realpath(python))):
         pytest.skip("no world-readable system python to run as nobody")
     code = ("import os, threading\nprint(os.getuid())\nstarted = 0\ntry:\n"
             "    for _ in range(500):\n        threading.Thread(target=__import__('time').sleep, args=(0.5,)).start()\n"
@@ -271,12 +273,23 @@ async def test_root_drops_to_nobody_where_the_interpreter_allows() -> None:
     assert "limit" in lines and int(lines[-1]) < 500
 
 
-def test_world_accessible() -> None:
+def testworld_accessible() -> None:
     folder = Path(tempfile.mkdtemp(dir="/tmp"))
     try:
         os.chmod(folder, 0o755)
-        assert _world_accessible(str(folder))
+        assert world_accessible(str(folder))
         os.chmod(folder, 0o700)
-        assert not _world_accessible(str(folder))
+        assert not world_accessible(str(folder))
     finally:
         shutil.rmtree(folder)
+
+
+async def test_process_limit_counts_each_sandbox_apart() -> None:
+    """RLIMIT_NPROC is counted in each run's own user namespace: concurrent runs do not eat each other's share.
+
+    (The audit hook would refuse the forks; it is switched off to reach the kernel's limit.)
+    """
+    code = ("import os, time\nfor _ in range(6):\n    if os.fork() == 0:\n        time.sleep(1.5)\n"
+            "        os._exit(0)\nprint('forked 6')")
+    results = await asyncio.gather(*(run_hostile(code, max_processes=8, timeout_s=30.0) for _ in range(6)))
+    assert [r.stdout for r in results] == ["hook off\nforked 6\n"] * 6, [r.stderr for r in results]

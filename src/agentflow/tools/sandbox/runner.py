@@ -1,0 +1,292 @@
+"""Run untrusted Python code in an isolated subprocess; never in our own process.
+
+The parent side: it prepares the directories and settings, starts the child (`child/boot.py`), reads its output
+within a budget, and kills it on the wall-clock limit or on cancellation. What isolates the code is set up by
+the child before any user code runs; `docs/tools.md` lists each guarantee and what enforces it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import marshal
+import math
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from agentflow.errors import SandboxUnavailableError
+from agentflow.tools.sandbox import process_level
+from agentflow.tools.sandbox.capture import Capture, drain
+from agentflow.tools.sandbox.child import landlock
+from agentflow.tools.sandbox.levels import Isolation, explain_failure, unavailable_message, warn_process_level
+from agentflow.tools.sandbox.policy import read_policy, tasks_of, unprivileged_identity
+
+log = logging.getLogger(__name__)
+
+_CHILD_ROOT = str(Path(__file__).parent)  # the folder holding the `child` package
+# `-c` runs this: it imports the child package from our folder, then takes the folder off `sys.path`.
+_LAUNCHER = ("import sys; sys.path.insert(0, sys.argv[1]); from child import boot; del sys.path[0]; "
+             "boot.main(sys.argv[2])")
+_STOP_GRACE_S = 5.0
+_kernel_checked: dict[str, str | None] = {}  # interpreter -> None when the kernel level works, else why not
+
+
+class SandboxResult(BaseModel):
+    """What one sandboxed run did. `exit_code` follows subprocess: negative means killed by that signal."""
+
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+    signal: str | None = Field(None, description="Name of the signal that ended the process, if any.")
+    timed_out: bool = Field(False, description="Killed by the wall-clock limit.")
+    memory_error: bool = Field(False, description="The code ran out of its address-space limit.")
+    cpu_limit: bool = Field(False, description="Killed by the CPU-time limit (SIGXCPU).")
+    stdout_dropped_bytes: int = 0
+    stderr_dropped_bytes: int = 0
+    seconds: float = 0.0
+    isolation: list[str] = Field(default_factory=list, description="The level, then the layers active in this run.")
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+    @property
+    def truncated(self) -> bool:
+        return bool(self.stdout_dropped_bytes or self.stderr_dropped_bytes)
+
+
+async def check_isolation(python: str | None = None, isolation: Isolation = "kernel") -> None:
+    """Raise SandboxUnavailableError, saying what is missing and how to enable it, when `isolation` cannot hold.
+
+    The kernel level is tried once per interpreter (a run of `pass`); the process level only warns, once.
+    """
+    if isolation == "process":
+        warn_process_level()
+        return
+    python = python or sys.executable
+    if python not in _kernel_checked:
+        probe = await _run("pass", python=python, isolation="kernel", timeout_s=30.0, memory_mb=512,
+                           max_output_chars=4000, cpu_s=None, max_file_mb=1, max_open_files=64, max_processes=4,
+                           read_paths=(), network_namespace=False, drop_privileges=None, on_start=None)
+        _kernel_checked[python] = None if probe.ok else explain_failure(probe.stderr)
+    if (reason := _kernel_checked[python]) is not None:
+        raise SandboxUnavailableError(unavailable_message(reason))
+
+
+async def run_python_sandboxed(
+    code: str,
+    *,
+    timeout_s: float = 10.0,
+    memory_mb: int = 512,
+    max_output_chars: int = 10_000,
+    cpu_s: float | None = None,
+    max_file_mb: int = 16,
+    max_open_files: int = 64,
+    max_processes: int = 16,
+    python: str | None = None,
+    isolation: Isolation = "kernel",
+    read_paths: Sequence[str] = (),
+    network_namespace: bool = True,
+    drop_privileges: bool | None = None,
+    on_start: Callable[[int], None] | None = None,
+) -> SandboxResult:
+    """Run `code` once in a sandboxed `python -I` subprocess and report what happened.
+
+    Raises SandboxUnavailableError when the kernel lacks what `isolation` needs; otherwise never raises for
+    anything the code does: a timeout, a crash or a limit is a field of the result. Cancelling the awaiting task
+    kills every process the code started and removes the working directory. `max_output_chars` bounds each of
+    stdout and stderr (counted in bytes); the head and tail are kept. `read_paths` adds folders or files the code
+    may read at the kernel level. `network_namespace` and `drop_privileges` (None: drop to `nobody` when root
+    and the interpreter allows it) concern the process level; the kernel level always has both.
+    `on_start` receives the child's pid (which is also its process-group id).
+    """
+    python = python or sys.executable
+    await check_isolation(python, isolation)
+    return await _run(code, python=python, isolation=isolation, timeout_s=timeout_s, memory_mb=memory_mb,
+                      max_output_chars=max_output_chars, cpu_s=cpu_s, max_file_mb=max_file_mb,
+                      max_open_files=max_open_files, max_processes=max_processes, read_paths=read_paths,
+                      network_namespace=network_namespace, drop_privileges=drop_privileges, on_start=on_start)
+
+
+@functools.lru_cache(maxsize=1)
+def _landlock_abi() -> int:
+    """This kernel's Landlock ABI, for the record (the child checks it again and refuses without Landlock)."""
+    try:
+        return landlock.abi_version()
+    except OSError:
+        return 0
+
+
+async def _settings(python: str, isolation: Isolation, base: str, read_paths: Sequence[str],
+                    network_namespace: bool, drop_privileges: bool | None) -> tuple[dict, list[str], list[str]]:
+    """The child's settings (without limits), the command prefix, and the layers for the result's record."""
+    if isolation == "kernel":
+        identity = unprivileged_identity() if os.geteuid() == 0 else None
+        policy = await asyncio.to_thread(read_policy, python, tuple(read_paths))
+        workdir, root = os.path.join(base, "work"), os.path.join(base, "root")
+        os.mkdir(workdir, 0o700)
+        os.mkdir(root, 0o700)
+        layers = ["level:kernel", "user_namespace", "pid_namespace", "mount_namespace", "network_namespace",
+                  "ipc_namespace", f"landlock:abi{_landlock_abi()}", "seccomp"]
+        settings = {"level": "kernel", "dir": workdir, "root": root, "read_paths": list(policy.paths),
+                    "links": policy.links, "parent_pid": os.getpid()}
+        prefix: tuple[str, ...] = ()
+    else:
+        identity = await asyncio.to_thread(process_level.drop_target, python) if drop_privileges is not False else None
+        if drop_privileges and identity is None:
+            log.warning("sandbox: cannot drop privileges (not root, or %s is not world-readable)", python)
+        prefix = await asyncio.to_thread(process_level.netns_prefix, os.geteuid() == 0) if network_namespace else ()
+        workdir = base
+        layers = ["level:process", *(["network_namespace"] if prefix else [])]
+        settings = {"level": "process", "dir": workdir}
+    if identity:
+        os.chown(workdir, *identity)
+        layers.append(f"uid:{identity[0]}")
+    settings.update(uid=identity[0] if identity else None, gid=identity[1] if identity else None)
+    return settings, [*layers, "rlimits", "scrubbed_env", "tempdir", "audit_hook"], list(prefix)
+
+
+async def _run(code: str, *, python: str, isolation: Isolation, timeout_s: float, memory_mb: int,
+               max_output_chars: int, cpu_s: float | None, max_file_mb: int, max_open_files: int,
+               max_processes: int, read_paths: Sequence[str], network_namespace: bool,
+               drop_privileges: bool | None, on_start: Callable[[int], None] | None) -> SandboxResult:
+    # Without its own CPU limit, the wall clock (which CPU time cannot outrun) decides; the +1 keeps it so.
+    cpu_seconds = max(1, math.ceil(cpu_s) if cpu_s is not None else math.ceil(timeout_s) + 1)
+    base = tempfile.mkdtemp(prefix="agentflow-sandbox-")
+    try:
+        settings, isolation_record, prefix = await _settings(python, isolation, base, read_paths,
+                                                             network_namespace, drop_privileges)
+        if isolation == "kernel":  # counted in the sandbox's own user namespace: its processes, outer and init
+            nproc = max_processes + 2
+        else:  # counted per user across the machine; root ignores it, so only other users need the scan
+            run_uid = settings["uid"] if settings["uid"] is not None else os.getuid()
+            nproc = max_processes + (await asyncio.to_thread(tasks_of, run_uid) if run_uid != 0 else 0)
+    except BaseException:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    settings["rlimits"] = {
+        # (soft, hard); the CPU soft limit sends SIGXCPU, the hard one a second later SIGKILL.
+        "RLIMIT_CPU": (cpu_seconds, cpu_seconds + 1),
+        "RLIMIT_AS": (memory_mb * 1024 * 1024,) * 2,
+        "RLIMIT_FSIZE": (max_file_mb * 1024 * 1024,) * 2,
+        "RLIMIT_NOFILE": (max_open_files,) * 2,
+        "RLIMIT_NPROC": (nproc,) * 2,
+        "RLIMIT_CORE": (0, 0),
+    }
+    workdir = settings["dir"]
+    env = {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        # Thread pools of numeric libraries count against RLIMIT_NPROC and the address-space limit.
+        "OMP_NUM_THREADS": "1",
+        "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+        "MPLBACKEND": "Agg",
+    }
+    argv = [*prefix, python, "-I", "-B", "-c", _LAUNCHER, _CHILD_ROOT, marshal.dumps(settings, 4).hex()]
+    out, err = Capture(max_output_chars), Capture(max_output_chars)
+    timed_out = False
+    start = time.perf_counter()
+    proc: asyncio.subprocess.Process | None = None
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, cwd=workdir, env=env, start_new_session=True, close_fds=True)
+        if on_start is not None:
+            on_start(proc.pid)
+        readers = [asyncio.create_task(drain(proc.stdout, out)), asyncio.create_task(drain(proc.stderr, err))]
+        try:
+            try:
+                await asyncio.wait_for(_feed_and_wait(proc, code), timeout=timeout_s)
+            except asyncio.TimeoutError:
+                timed_out = True
+                await _stop(proc, isolation)
+            _kill_group(proc.pid)  # anything the code left behind in its group
+            # The pipes close when the group is gone; the bound only guards against an escaped holder.
+            await asyncio.wait_for(asyncio.gather(*readers), timeout=5.0)
+        finally:
+            for task in readers:
+                task.cancel()
+    except asyncio.TimeoutError:
+        log.warning("sandbox output pipes stayed open after the process group was killed")
+    finally:
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.shield(_stop(proc, isolation))
+        shutil.rmtree(base, ignore_errors=True)
+    seconds = time.perf_counter() - start
+    assert proc is not None
+    exit_code = proc.returncode
+    stderr = err.text()
+    tail = stderr.rstrip().rsplit("\n", 1)[-1]
+    return SandboxResult(
+        stdout=out.text(),
+        stderr=stderr,
+        exit_code=exit_code,
+        signal=_signal_name(exit_code),
+        timed_out=timed_out,
+        memory_error=tail.startswith("MemoryError") or "\nMemoryError" in stderr[-2000:],
+        cpu_limit=exit_code == -signal.SIGXCPU,
+        stdout_dropped_bytes=out.dropped,
+        stderr_dropped_bytes=err.dropped,
+        seconds=seconds,
+        isolation=isolation_record,
+    )
+
+
+async def _feed_and_wait(proc: asyncio.subprocess.Process, code: str) -> int:
+    """Hand the code to the child on stdin, then wait for the exit; both count against the wall clock."""
+    assert proc.stdin is not None
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the child may already be gone
+        proc.stdin.write(code.encode("utf-8", "replace"))
+        await proc.stdin.drain()
+        proc.stdin.close()
+    return await proc.wait()
+
+
+async def _stop(proc: asyncio.subprocess.Process, isolation: Isolation) -> None:
+    """End the run and everything it started; returns once they are gone.
+
+    At the kernel level SIGTERM asks the child's outer process (which the code cannot reach) to kill the PID
+    namespace and wait until the kernel has removed it; SIGKILL to the group is the fallback.
+    """
+    if isolation == "kernel" and proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(proc.wait(), timeout=_STOP_GRACE_S)
+    _kill_group(proc.pid)
+    with contextlib.suppress(asyncio.TimeoutError):
+        await asyncio.wait_for(proc.wait(), timeout=_STOP_GRACE_S)
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _signal_name(code: int | None) -> str | None:
+    if code is None or code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def run_python_sandboxed_sync(code: str, **kwargs: object) -> SandboxResult:
+    """Blocking form of `run_python_sandboxed`, for callers without an event loop (scorers, scripts)."""
+    return asyncio.run(run_python_sandboxed(code, **kwargs))  # type: ignore[arg-type]
