@@ -8,7 +8,7 @@ from typing import Any
 
 from mcp import types
 
-from agentflow.errors import ConfigError
+from agentflow.errors import ConfigError, UnknownToolError
 from agentflow.tools.base import Tool, ToolContext, ToolResult
 from agentflow.tools.mcp.config import McpServerConfig
 from agentflow.tools.mcp.result import convert_result
@@ -139,3 +139,29 @@ def mcp_tools(servers: Mapping[str, McpServerConfig], *, given: Mapping[str, Too
     except ConfigError:
         stop_servers(list(started.values()))
         raise
+
+
+def _servers_of(tools: Mapping[str, McpTool]) -> list[McpServer]:
+    return list({id(tool.server): tool.server for tool in tools.values()}.values())
+
+
+def mcp_cards(servers: Mapping[str, McpServerConfig]) -> list[dict[str, Any]]:
+    """The cards of every configured server's tools (the servers are started, listed and stopped)."""
+    tools = mcp_tools(servers)
+    try:
+        return [tool.card() for tool in tools.values()]
+    finally:
+        stop_servers(_servers_of(tools))
+
+
+def mcp_tool_named(servers: Mapping[str, McpServerConfig], name: str) -> McpTool:
+    """The tool SERVER.TOOL, its server started (close it with `aclose`); UnknownToolError naming what exists."""
+    server_name = name.partition(".")[0]
+    if server_name not in servers:
+        raise UnknownToolError(f"no MCP server {server_name!r} in the config; configured: "
+                               f"{', '.join(servers) or 'none'}")
+    tools = mcp_tools({server_name: servers[server_name]})
+    if name not in tools:
+        stop_servers(_servers_of(tools))
+        raise UnknownToolError(f"unknown tool {name!r}; MCP server {server_name!r} offers: {', '.join(tools)}")
+    return tools[name]
