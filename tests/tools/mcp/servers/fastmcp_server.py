@@ -10,7 +10,7 @@ import argparse
 import asyncio
 import os
 
-from mcp.server.fastmcp import FastMCP, Image
+from mcp.server.fastmcp import Context, FastMCP, Image
 from pydantic import BaseModel, Field
 
 server = FastMCP("agentflow-test", log_level="WARNING")
@@ -55,6 +55,13 @@ async def sleep(seconds: float) -> str:
     """Sleep, then say so."""
     await asyncio.sleep(seconds)
     return f"slept {seconds}s"
+
+
+@server.tool()
+def header(name: str, ctx: Context) -> str:
+    """The value of an HTTP request header ('' over stdio)."""
+    request = ctx.request_context.request
+    return request.headers.get(name, "") if request is not None else ""
 
 
 @server.tool()
