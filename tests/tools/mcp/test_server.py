@@ -90,6 +90,14 @@ async def test_aclose_stops_the_process_and_a_later_call_starts_a_new_one(make_s
     assert await pid_of(server) != before
 
 
+async def test_a_call_that_gives_up_while_the_server_starts_leaves_the_start_to_the_next_call(make_server):
+    server = make_server("slow", raw_config("slow-start"))
+    with pytest.raises(ToolTimeoutError):
+        await server.call_tool("ping", {}, 0.5)
+    assert (await server.call_tool("ping", {}, 20)).content[0].text == "pong"
+    assert server.starts == 1
+
+
 def test_servers_start_in_parallel_and_failures_are_reported_per_server(make_server):
     good = make_server("good", fastmcp_config())
     bad = make_server("bad", raw_config("exit-at-start"))

@@ -53,6 +53,9 @@ class McpServerError(ToolError):
 @dataclass
 class _Connection:
     runtime: McpRuntime
+    ready: asyncio.Future[None]
+    """Done once the server has answered the handshake and listed its tools; holds the start's error if not."""
+    owner: asyncio.Task[None] | None = None
     ended: asyncio.Event = field(default_factory=asyncio.Event)
     end_reason: str = ""
     session: ClientSession | None = None
@@ -120,7 +123,7 @@ class McpServer:
         self.starts = 0
         self.startup_seconds: float | None = None
         self._conn: _Connection | None = None
-        self._owner: asyncio.Task[None] | None = None
+        self._owners: set[asyncio.Task[None]] = set()  # strong references, old connections' still closing
         self._runtime: McpRuntime | None = None
         self._start_lock: asyncio.Lock | None = None
         self._slots: asyncio.Semaphore | None = None
@@ -158,7 +161,7 @@ class McpServer:
         runtime = get_runtime()
         if self._runtime is not runtime:
             self._runtime = runtime
-            self._conn, self._owner = None, None
+            self._conn, self._owners = None, set()
             self._start_lock = asyncio.Lock()
             self._slots = asyncio.Semaphore(self.config.max_concurrency)
 
@@ -169,37 +172,34 @@ class McpServer:
             raise ConfigError(str(err)) from None
 
     async def _connection(self) -> _Connection:
+        """The running connection, started (again) if there is none. A caller that gives up while it starts
+        (its timeout) leaves the start going for the next caller."""
         self._bind()
-        assert self._start_lock is not None
+        assert self._start_lock is not None and self._runtime is not None
         async with self._start_lock:
             conn = self._conn
-            if conn is not None and not conn.ended.is_set():
-                return conn
-            if conn is not None:
-                log.warning("MCP server %r: restarting (%s)", self.name, conn.end_reason)
-            self._conn = await self._open()
-            return self._conn
-
-    async def _open(self) -> _Connection:
-        assert self._runtime is not None
-        conn = _Connection(runtime=self._runtime)
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        start = time.perf_counter()
-        self._owner = asyncio.create_task(self._own(conn, ready), name=f"mcp-{self.name}")
-        try:
-            await ready
-        except BaseException:
-            await self._wait_owner()
-            raise
-        self._runtime.register_closer(id(self), self._close)
-        self.starts += 1
-        self.startup_seconds = time.perf_counter() - start
-        log.info("MCP server %r started in %.2fs (protocol %s, %d tools)", self.name, self.startup_seconds,
-                 conn.protocol_version, len(conn.tools))
+            if conn is None or conn.ended.is_set():
+                if conn is not None:
+                    log.warning("MCP server %r: restarting (%s)", self.name, conn.end_reason)
+                conn = self._conn = _Connection(runtime=self._runtime, ready=asyncio.get_running_loop().create_future())
+                conn.ready.add_done_callback(_retrieve)
+                conn.owner = asyncio.create_task(self._own(conn), name=f"mcp-{self.name}")
+                self._owners.add(conn.owner)
+                conn.owner.add_done_callback(self._owners.discard)
+        await asyncio.shield(conn.ready)
         return conn
 
-    async def _own(self, conn: _Connection, ready: asyncio.Future[None]) -> None:
+    def _started(self, conn: _Connection, seconds: float) -> None:
+        assert self._runtime is not None
+        self._runtime.register_closer(id(self), self._close)
+        self.starts += 1
+        self.startup_seconds = seconds
+        log.info("MCP server %r started in %.2fs (protocol %s, %d tools)", self.name, seconds,
+                 conn.protocol_version, len(conn.tools))
+
+    async def _own(self, conn: _Connection) -> None:
         """Owner task: enter the transport and session, serve until the connection ends, leave them."""
+        start = time.perf_counter()
         try:
             async with AsyncExitStack() as stack:
                 read, write = await self._enter_transport(stack, conn)
@@ -212,14 +212,15 @@ class McpServer:
                     init = await session.initialize()
                     conn.tools = await self._list_tools(session)
                 conn.session, conn.protocol_version = session, str(init.protocolVersion)
-                ready.set_result(None)
+                self._started(conn, time.perf_counter() - start)
+                conn.ready.set_result(None)
                 await conn.ended.wait()
                 tasks.cancel_scope.cancel()
         except BaseException as err:  # an owner ends quietly: its error goes to the starter or the calls
             if isinstance(err, asyncio.CancelledError) and not conn.ended.is_set():
                 conn.end("the MCP client was cancelled")
-            if not ready.done():
-                ready.set_exception(McpServerError(self._start_failure(err, conn)))
+            if not conn.ready.done():
+                conn.ready.set_exception(McpServerError(self._start_failure(err, conn)))
             else:
                 conn.end(f"the connection failed ({_describe(err)})")
         finally:
@@ -356,22 +357,21 @@ class McpServer:
         self._bind()
         assert self._runtime is not None
         self._runtime.unregister_closer(id(self))
-        if self._conn is not None:
-            self._conn.end("the flow closed the server")
-        await self._wait_owner()
-        self._conn = None
-
-    async def _wait_owner(self) -> None:
-        owner, self._owner = self._owner, None
-        if owner is None or owner.done():
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.end("the flow closed the server")
+            if not conn.ready.done() and conn.owner is not None:  # still starting: a cancelled start kills it
+                conn.owner.cancel()
+        owners = set(self._owners)
+        if not owners:
             return
-        try:
-            await asyncio.wait_for(asyncio.shield(owner), CLOSE_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        _, pending = await asyncio.wait(owners, timeout=CLOSE_TIMEOUT_S)
+        if pending:
             log.warning("MCP server %r did not close within %.0fs; cancelling its client", self.name,
                         CLOSE_TIMEOUT_S)
-            owner.cancel()
-            await asyncio.wait({owner}, timeout=CLOSE_TIMEOUT_S)
+            for owner in pending:
+                owner.cancel()
+            await asyncio.wait(pending, timeout=CLOSE_TIMEOUT_S)
 
 
 def start_servers(servers: list[McpServer]) -> dict[str, list[types.Tool] | BaseException]:

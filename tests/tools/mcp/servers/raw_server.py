@@ -1,6 +1,7 @@
 """A hand-written JSON-RPC server over stdio that misbehaves on purpose, one way per mode:
 
     exit-at-start   writes to stderr and exits before answering anything
+    slow-start      waits 2 s before reading anything, then behaves
     hang            reads requests and never answers
     die-mid-call    answers the start-up, exits when a tool is called
     garbage         answers the start-up, then writes a line that is not JSON-RPC instead of the call's result
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 
 GOOD_TOOL = {"name": "ping", "description": "Answers pong.",
              "inputSchema": {"type": "object", "properties": {"note": {"type": "string"}}}}
@@ -52,6 +54,8 @@ def main() -> None:
     if mode == "exit-at-start":
         sys.stderr.write("fatal: the database file is locked\n")
         sys.exit(3)
+    if mode == "slow-start":
+        time.sleep(2)
     for line in sys.stdin:
         if mode != "hang" and line.strip():
             answer(json.loads(line), mode)
