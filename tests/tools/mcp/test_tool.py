@@ -51,7 +51,7 @@ async def test_arguments_are_validated_before_the_call_and_results_converted(fas
 
 
 def test_exclude_and_include_pick_tools():
-    tools = mcp_tools({"calc": fastmcp_config(exclude=["die", "sleep", "pid", "picture", "fail"])})
+    tools = mcp_tools({"calc": fastmcp_config(exclude=["die", "sleep", "pid", "picture", "fail", "header"])})
     stop(tools)
     assert sorted(tools) == ["calc.add", "calc.echo"]
     with pytest.raises(ConfigError, match="include names tools it does not offer: ad; it offers: add, echo"):
