@@ -10,7 +10,8 @@ import time
 import pytest
 
 from agentflow.errors import ConfigError, ToolTimeoutError
-from agentflow.tools.mcp.server import McpServerError, start_servers
+from agentflow.tools.mcp.runtime import get_runtime
+from agentflow.tools.mcp.server import STDERR_MAX_BYTES, McpServerError, _Connection, start_servers, stderr_file
 from tests.tools.mcp.conftest import fastmcp_config, raw_config
 
 
@@ -151,3 +152,14 @@ async def test_a_result_of_the_wrong_shape_is_a_clear_server_error(make_server):
     server = make_server("sloppy", raw_config("bad-result"))
     with pytest.raises(McpServerError, match="malformed result.*content"):
         await server.call_tool("ping", {}, 20)
+
+
+def test_a_chatty_servers_stderr_is_cut_to_its_tail():
+    stderr = stderr_file("chatty")
+    conn = _Connection(runtime=get_runtime(), ready=asyncio.Future(loop=get_runtime().loop), stderr=stderr)
+    os.write(stderr.fileno(), b"x" * STDERR_MAX_BYTES + b"\nlast words\n")
+    conn.trim_stderr()
+    os.write(stderr.fileno(), b"after the cut\n")  # still appended at the end
+    assert os.fstat(stderr.fileno()).st_size < 4096
+    assert conn.stderr_tail().endswith("last words\nafter the cut")
+    stderr.close()

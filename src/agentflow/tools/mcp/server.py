@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 
 CLIENT_INFO = types.Implementation(name="agentflow", version="0.1.0")
 STDERR_TAIL_CHARS = 1500
+STDERR_MAX_BYTES = 1 << 20
+"""A stdio server's stderr is kept in a temporary file for error messages; past this size only its tail stays."""
 CLOSE_TIMEOUT_S = 10.0
 """Bound on closing one connection (stdio: 2 s for the server to exit after stdin closes, then a kill)."""
 SDK_TIMEOUT_MARGIN_S = 1.0
@@ -77,6 +79,17 @@ class _Connection:
         size = os.fstat(fd).st_size
         text = os.pread(fd, STDERR_TAIL_CHARS, max(size - STDERR_TAIL_CHARS, 0)).decode("utf-8", "replace")
         return text.strip()
+
+    def trim_stderr(self) -> None:
+        """Keep a chatty server's stderr file small (it is open in append mode, so the server writes at its end)."""
+        if self.stderr is None or self.stderr.closed:
+            return
+        fd = self.stderr.fileno()
+        size = os.fstat(fd).st_size
+        if size > STDERR_MAX_BYTES:
+            tail = os.pread(fd, STDERR_TAIL_CHARS, size - STDERR_TAIL_CHARS)
+            os.ftruncate(fd, 0)
+            os.write(fd, tail)
 
     def diagnosis(self) -> str:
         """What the server showed besides its answers: malformed lines, its stderr."""
@@ -231,7 +244,7 @@ class McpServer:
     async def _enter_transport(self, stack: AsyncExitStack, conn: _Connection) -> tuple[Any, Any]:
         config = self.config
         if isinstance(config, McpStdioServerConfig):
-            conn.stderr = tempfile.TemporaryFile(prefix=f"mcp-{self.name}-")  # noqa: SIM115 - closed by the owner
+            conn.stderr = stderr_file(self.name)
             params = StdioServerParameters(command=config.command, args=config.args, env=config.resolved_env(),
                                            cwd=config.cwd)
             read, write = await stack.enter_async_context(stdio_client(params, errlog=conn.stderr))  # type: ignore[arg-type]
@@ -317,6 +330,7 @@ class McpServer:
         finally:
             for task in (call, ended):
                 task.cancel()
+            conn.trim_stderr()
         if call.done() and not call.cancelled() and call.exception() is None:
             return call.result()
         if conn.ended.is_set():
@@ -372,6 +386,18 @@ class McpServer:
             for owner in pending:
                 owner.cancel()
             await asyncio.wait(pending, timeout=CLOSE_TIMEOUT_S)
+
+
+def stderr_file(server: str) -> IO[bytes]:
+    """A temporary file for a stdio server's stderr, in append mode (so `trim_stderr` can cut it under the
+    server's feet); closed by the connection's owner."""
+    file = tempfile.TemporaryFile(prefix=f"mcp-{server}-")  # noqa: SIM115
+    if sys.platform != "win32":
+        import fcntl
+
+        flags = fcntl.fcntl(file.fileno(), fcntl.F_GETFL)
+        fcntl.fcntl(file.fileno(), fcntl.F_SETFL, flags | os.O_APPEND)
+    return file
 
 
 def start_servers(servers: list[McpServer]) -> dict[str, list[types.Tool] | BaseException]:
