@@ -10,8 +10,9 @@ import time
 import pytest
 
 from agentflow.errors import ConfigError, ToolTimeoutError
+from agentflow.tools.mcp.connection import STDERR_MAX_BYTES, Connection, stderr_file
 from agentflow.tools.mcp.runtime import get_runtime
-from agentflow.tools.mcp.server import STDERR_MAX_BYTES, McpServerError, _Connection, start_servers, stderr_file
+from agentflow.tools.mcp.server import McpServerError, start_servers
 from tests.tools.mcp.conftest import fastmcp_config, raw_config
 
 
@@ -133,10 +134,10 @@ def test_a_command_that_does_not_exist_is_named(make_server):
     assert isinstance(error, ConfigError) and "could not run '/no/such/mcp-server'" in str(error)
 
 
-async def test_a_server_that_exits_when_called_fails_the_call_at_once(make_server):
+async def test_a_server_that_exits_when_called_fails_the_call_at_once_with_its_last_words(make_server):
     server = make_server("fragile", raw_config("die-mid-call"))
     start = time.perf_counter()
-    with pytest.raises(McpServerError, match="during the call to 'ping'"):
+    with pytest.raises(McpServerError, match="during the call to 'ping'.*stderr ends with: segfault in ping"):
         await server.call_tool("ping", {}, 30)
     assert time.perf_counter() - start < 10
 
@@ -156,7 +157,7 @@ async def test_a_result_of_the_wrong_shape_is_a_clear_server_error(make_server):
 
 def test_a_chatty_servers_stderr_is_cut_to_its_tail():
     stderr = stderr_file("chatty")
-    conn = _Connection(runtime=get_runtime(), ready=asyncio.Future(loop=get_runtime().loop), stderr=stderr)
+    conn = Connection(runtime=get_runtime(), ready=asyncio.Future(loop=get_runtime().loop), stderr=stderr)
     os.write(stderr.fileno(), b"x" * STDERR_MAX_BYTES + b"\nlast words\n")
     conn.trim_stderr()
     os.write(stderr.fileno(), b"after the cut\n")  # still appended at the end

@@ -11,14 +11,10 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
-import os
-import sys
-import tempfile
 import time
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import IO, Any
+from typing import Any
 
 import anyio
 import httpx
@@ -30,14 +26,18 @@ from pydantic import ValidationError
 
 from agentflow.errors import ConfigError, ToolError, ToolTimeoutError
 from agentflow.tools.mcp.config import McpHttpServerConfig, McpServerConfig, McpStdioServerConfig
+from agentflow.tools.mcp.connection import (
+    Connection,
+    describe_error,
+    leaf_error,
+    stderr_file,
+    validation_summary,
+)
 from agentflow.tools.mcp.runtime import McpRuntime, get_runtime
 
 log = logging.getLogger(__name__)
 
 CLIENT_INFO = types.Implementation(name="agentflow", version="0.1.0")
-STDERR_TAIL_CHARS = 1500
-STDERR_MAX_BYTES = 1 << 20
-"""A stdio server's stderr is kept in a temporary file for error messages; past this size only its tail stays."""
 CLOSE_TIMEOUT_S = 10.0
 """Bound on closing one connection (stdio: 2 s for the server to exit after stdin closes, then a kill)."""
 SDK_TIMEOUT_MARGIN_S = 1.0
@@ -52,81 +52,6 @@ class McpServerError(ToolError):
     kind = "mcp_server"
 
 
-@dataclass
-class _Connection:
-    runtime: McpRuntime
-    ready: asyncio.Future[None]
-    """Done once the server has answered the handshake and listed its tools; holds the start's error if not."""
-    owner: asyncio.Task[None] | None = None
-    ended: asyncio.Event = field(default_factory=asyncio.Event)
-    end_reason: str = ""
-    session: ClientSession | None = None
-    tools: list[types.Tool] = field(default_factory=list)
-    protocol_version: str = ""
-    malformed: int = 0
-    last_malformed: str = ""
-    stderr: IO[bytes] | None = None
-
-    def end(self, reason: str) -> None:
-        if not self.ended.is_set():
-            self.end_reason = reason
-            self.ended.set()
-
-    def stderr_tail(self) -> str:
-        if self.stderr is None or self.stderr.closed:
-            return ""
-        fd = self.stderr.fileno()
-        size = os.fstat(fd).st_size
-        text = os.pread(fd, STDERR_TAIL_CHARS, max(size - STDERR_TAIL_CHARS, 0)).decode("utf-8", "replace")
-        return text.strip()
-
-    def trim_stderr(self) -> None:
-        """Keep a chatty server's stderr file small (it is open in append mode, so the server writes at its end)."""
-        if self.stderr is None or self.stderr.closed:
-            return
-        fd = self.stderr.fileno()
-        size = os.fstat(fd).st_size
-        if size > STDERR_MAX_BYTES:
-            tail = os.pread(fd, STDERR_TAIL_CHARS, size - STDERR_TAIL_CHARS)
-            os.ftruncate(fd, 0)
-            os.write(fd, tail)
-
-    def diagnosis(self) -> str:
-        """What the server showed besides its answers: malformed lines, its stderr."""
-        parts = []
-        if self.malformed:
-            parts.append(f"it sent {self.malformed} malformed message(s), the last: {self.last_malformed}")
-        tail = self.stderr_tail()
-        if tail:
-            parts.append(f"its stderr ends with: {tail}")
-        return "; ".join(parts)
-
-
-if sys.version_info < (3, 11):
-    from exceptiongroup import BaseExceptionGroup
-
-
-def _leaf(err: BaseException) -> BaseException:
-    """The first real error inside (nested) exception groups."""
-    while isinstance(err, BaseExceptionGroup) and err.exceptions:
-        err = err.exceptions[0]
-    return err
-
-
-def _describe(err: BaseException) -> str:
-    err = _leaf(err)
-    if isinstance(err, McpError):
-        return f"MCP error {err.error.code}: {err.error.message}"
-    if isinstance(err, TimeoutError):
-        return "timed out"
-    if isinstance(err, httpx.HTTPStatusError):
-        return f"HTTP {err.response.status_code} from {err.request.url}"
-    if isinstance(err, httpx.HTTPError):
-        return f"{type(err).__name__}: {err or 'no detail'}"
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0][:300] if text else 'no detail'}"
-
-
 class McpServer:
     """A configured server. Its methods may be awaited from any event loop; the work runs on the MCP loop."""
 
@@ -135,7 +60,7 @@ class McpServer:
         self.config = config
         self.starts = 0
         self.startup_seconds: float | None = None
-        self._conn: _Connection | None = None
+        self._conn: Connection | None = None
         self._owners: set[asyncio.Task[None]] = set()  # strong references, old connections' still closing
         self._runtime: McpRuntime | None = None
         self._start_lock: asyncio.Lock | None = None
@@ -184,7 +109,7 @@ class McpServer:
         except McpServerError as err:
             raise ConfigError(str(err)) from None
 
-    async def _connection(self) -> _Connection:
+    async def _connection(self) -> Connection:
         """The running connection, started (again) if there is none. A caller that gives up while it starts
         (its timeout) leaves the start going for the next caller."""
         self._bind()
@@ -194,7 +119,7 @@ class McpServer:
             if conn is None or conn.ended.is_set():
                 if conn is not None:
                     log.warning("MCP server %r: restarting (%s)", self.name, conn.end_reason)
-                conn = self._conn = _Connection(runtime=self._runtime, ready=asyncio.get_running_loop().create_future())
+                conn = self._conn = Connection(runtime=self._runtime, ready=asyncio.get_running_loop().create_future())
                 conn.ready.add_done_callback(_retrieve)
                 conn.owner = asyncio.create_task(self._own(conn), name=f"mcp-{self.name}")
                 self._owners.add(conn.owner)
@@ -202,7 +127,7 @@ class McpServer:
         await asyncio.shield(conn.ready)
         return conn
 
-    def _started(self, conn: _Connection, seconds: float) -> None:
+    def _started(self, conn: Connection, seconds: float) -> None:
         assert self._runtime is not None
         self._runtime.register_closer(id(self), self._close)
         self.starts += 1
@@ -210,7 +135,7 @@ class McpServer:
         log.info("MCP server %r started in %.2fs (protocol %s, %d tools)", self.name, seconds,
                  conn.protocol_version, len(conn.tools))
 
-    async def _own(self, conn: _Connection) -> None:
+    async def _own(self, conn: Connection) -> None:
         """Owner task: enter the transport and session, serve until the connection ends, leave them."""
         start = time.perf_counter()
         try:
@@ -235,13 +160,12 @@ class McpServer:
             if not conn.ready.done():
                 conn.ready.set_exception(McpServerError(self._start_failure(err, conn)))
             else:
-                conn.end(f"the connection failed ({_describe(err)})")
+                conn.end(f"the connection failed ({describe_error(err)})")
         finally:
             conn.end("the connection closed")
-            if conn.stderr is not None:
-                conn.stderr.close()
+            conn.close_stderr()
 
-    async def _enter_transport(self, stack: AsyncExitStack, conn: _Connection) -> tuple[Any, Any]:
+    async def _enter_transport(self, stack: AsyncExitStack, conn: Connection) -> tuple[Any, Any]:
         config = self.config
         if isinstance(config, McpStdioServerConfig):
             conn.stderr = stderr_file(self.name)
@@ -255,14 +179,14 @@ class McpServer:
         read, write, _ = await stack.enter_async_context(streamable_http_client(config.url, http_client=client))
         return read, write
 
-    async def _pump(self, read: Any, to_session: Any, conn: _Connection) -> None:
+    async def _pump(self, read: Any, to_session: Any, conn: Connection) -> None:
         """Forward the server's messages to the session, counting malformed ones; note the end of the stream."""
         async with to_session:
             try:
                 async for item in read:
                     if isinstance(item, Exception):
                         conn.malformed += 1
-                        conn.last_malformed = _describe(item)[:300]
+                        conn.last_malformed = describe_error(item)[:300]
                         log.warning("MCP server %r sent a malformed message: %s", self.name, conn.last_malformed)
                         continue
                     await to_session.send(item)
@@ -284,8 +208,8 @@ class McpServer:
     async def _server_log(self, params: types.LoggingMessageNotificationParams) -> None:
         log.debug("MCP server %r [%s] %s", self.name, params.level, params.data)
 
-    def _start_failure(self, err: BaseException, conn: _Connection) -> str:
-        leaf = _leaf(err)
+    def _start_failure(self, err: BaseException, conn: Connection) -> str:
+        leaf = leaf_error(err)
         if isinstance(leaf, McpServerError):
             return str(leaf)
         if isinstance(leaf, FileNotFoundError | PermissionError) and isinstance(self.config, McpStdioServerConfig):
@@ -295,9 +219,9 @@ class McpServer:
         elif isinstance(leaf, McpError) and leaf.error.code in _LOST_CODES:
             what = "exited (or closed the connection) during start-up"
         elif isinstance(leaf, ValidationError):
-            what = f"answered the start-up requests with malformed results ({_validation_summary(leaf)})"
+            what = f"answered the start-up requests with malformed results ({validation_summary(leaf)})"
         else:
-            what = f"failed to start: {_describe(leaf)}"
+            what = f"failed to start: {describe_error(leaf)}"
         diagnosis = conn.diagnosis()
         return f"MCP server {self.name!r} ({self.where}) {what}" + (f"; {diagnosis}" if diagnosis else "")
 
@@ -316,7 +240,7 @@ class McpServer:
         except asyncio.TimeoutError:
             raise ToolTimeoutError(self._timeout_message(tool, timeout_s)) from None
 
-    async def _call_on(self, conn: _Connection, tool: str, arguments: dict[str, Any],
+    async def _call_on(self, conn: Connection, tool: str, arguments: dict[str, Any],
                        timeout_s: float) -> types.CallToolResult:
         assert conn.session is not None
         # the caller's own time limit governs; the SDK's read timeout, a little later, is only a safety net
@@ -337,12 +261,12 @@ class McpServer:
             raise self._lost(conn, tool)
         raise self._call_error(conn, tool, call.exception(), timeout_s)
 
-    def _lost(self, conn: _Connection, tool: str) -> McpServerError:
+    def _lost(self, conn: Connection, tool: str) -> McpServerError:
         diagnosis = conn.diagnosis()
         return McpServerError(f"MCP server {self.name!r}: {conn.end_reason} during the call to {tool!r}; it will be "
                               f"restarted on the next call" + (f"; {diagnosis}" if diagnosis else ""))
 
-    def _call_error(self, conn: _Connection, tool: str, err: BaseException | None, timeout_s: float) -> ToolError:
+    def _call_error(self, conn: Connection, tool: str, err: BaseException | None, timeout_s: float) -> ToolError:
         """The error a failed call raises (the call's own exception, classified)."""
         if isinstance(err, McpError):
             if err.error.code == 408:  # the SDK's own read timeout
@@ -357,11 +281,11 @@ class McpServer:
             return self._lost(conn, tool)
         if isinstance(err, ValidationError):
             return McpServerError(f"MCP server {self.name!r} answered the call to {tool!r} with a malformed "
-                                  f"result: {_validation_summary(err)}")
+                                  f"result: {validation_summary(err)}")
         return McpServerError(f"MCP server {self.name!r}: the call to {tool!r} failed: "
-                              f"{_describe(err or Exception())}")
+                              f"{describe_error(err or Exception())}")
 
-    def _timeout_message(self, tool: str, timeout_s: float, conn: _Connection | None = None) -> str:
+    def _timeout_message(self, tool: str, timeout_s: float, conn: Connection | None = None) -> str:
         conn = conn or self._conn
         diagnosis = conn.diagnosis() if conn is not None else ""
         return (f"MCP server {self.name!r}: no answer to the call to {tool!r} within {timeout_s:.1f}s"
@@ -386,18 +310,6 @@ class McpServer:
             for owner in pending:
                 owner.cancel()
             await asyncio.wait(pending, timeout=CLOSE_TIMEOUT_S)
-
-
-def stderr_file(server: str) -> IO[bytes]:
-    """A temporary file for a stdio server's stderr, in append mode (so `trim_stderr` can cut it under the
-    server's feet); closed by the connection's owner."""
-    file = tempfile.TemporaryFile(prefix=f"mcp-{server}-")  # noqa: SIM115
-    if sys.platform != "win32":
-        import fcntl
-
-        flags = fcntl.fcntl(file.fileno(), fcntl.F_GETFL)
-        fcntl.fcntl(file.fileno(), fcntl.F_SETFL, flags | os.O_APPEND)
-    return file
 
 
 def start_servers(servers: list[McpServer]) -> dict[str, list[types.Tool] | BaseException]:
@@ -425,11 +337,6 @@ def stop_servers(servers: list[McpServer]) -> None:
         await asyncio.gather(*(server._close() for server in servers), return_exceptions=True)
 
     get_runtime().run(stop_all(), timeout=2 * CLOSE_TIMEOUT_S)
-
-
-def _validation_summary(err: ValidationError) -> str:
-    first = err.errors()[0]
-    return f"{err.error_count()} error(s), first: {first['msg']} at {'.'.join(map(str, first['loc'])) or 'top level'}"
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:

@@ -37,6 +37,7 @@ def answer(request: dict, mode: str) -> None:
         send({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools}})
     elif method == "tools/call":
         if mode == "die-mid-call":
+            sys.stderr.write("segfault in ping\n")
             sys.exit(4)
         if mode == "garbage":
             sys.stdout.write("this is not JSON-RPC {\n")
