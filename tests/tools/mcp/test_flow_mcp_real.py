@@ -31,7 +31,7 @@ def agents_db(tmp_path: Path) -> Path:
 def config(db: Path, **overrides) -> FlowConfig:
     sqlite_server = {"command": str(Path(sys.executable).parent / "mcp-server-sqlite"), "args": ["--db-path", str(db)],
                      "include": ["read_query", "list_tables", "describe_table"]}
-    raw = {"engines": {"default": {"kind": "llamacpp", "n_parallel": 1, "n_threads": 2}},
+    raw = {"engines": {"default": {"kind": "llamacpp", "n_parallel": 1, "n_threads": 1}},
            "limits": {"max_turns": 2, "max_seconds": 400}, "mcp_servers": {"db": sqlite_server}, **overrides}
     return FlowConfig.from_dict(raw)
 
