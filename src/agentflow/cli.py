@@ -144,27 +144,39 @@ def solve(
 @tool_app.command("list")
 def tool_list(
     as_json: Annotated[bool, typer.Option("--json", help="Print the full cards as JSON.")] = False,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML flow config: also list the tools "
+                                                "of its MCP servers (they are started to be asked).")] = None,
 ) -> None:
-    """Show the tool cards."""
+    """Show the tool cards: the built-in tools, and those of the config's MCP servers."""
     from agentflow.tools.base import tool_classes
 
     cards = [cls().card() for cls in tool_classes().values()]
+    try:
+        flow_config = load_config(config)
+        if flow_config.mcp_servers:
+            from agentflow.tools.mcp.tool import mcp_cards
+
+            cards += mcp_cards(flow_config.mcp_servers)
+    except AgentFlowError as err:
+        raise _fail(str(err)) from None
     if as_json:
         console.print_json(json.dumps(cards))
         return
     table = Table(title="Tools", show_lines=True)
-    for column in ("name", "description", "input", "limitations"):
+    for column in ("name", "server", "description", "input", "limitations"):
         table.add_column(column)
     for card in cards:
         props = card["input_schema"].get("properties", {})
         fields = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in props.items())
-        table.add_row(card["name"], card["description"], fields, card["limitations"])
+        table.add_row(card["name"], card.get("server", "(built-in)"), card["description"], fields,
+                      card["limitations"])
     console.print(table)
 
 
 @tool_app.command("run")
 def tool_run(
-    name: Annotated[str, typer.Argument(help="Tool name (see `agentflow tool list`).")],
+    name: Annotated[str, typer.Argument(help="Tool name (see `agentflow tool list`); SERVER.TOOL for a tool of "
+                                        "an MCP server in --config.")],
     input_json: Annotated[str, typer.Option("--input", "-i", help="Tool input as JSON.")],
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML flow config (tool settings, "
                                                 "engine of LLM-backed tools).")] = None,
@@ -190,9 +202,14 @@ def tool_run(
 async def _run_tool(config: FlowConfig, name: str, arguments: dict[str, Any], timeout: float) -> dict[str, Any]:
     from agentflow.engines import build_engine
     from agentflow.errors import ToolTimeoutError
-    from agentflow.tools.base import ToolContext, create_tool
+    from agentflow.tools.base import Tool, ToolContext, create_tool
 
-    tool = create_tool(name, config.tools.get(name, {}))
+    if name.partition(".")[0] in config.mcp_servers:  # SERVER.TOOL: starts that server only
+        from agentflow.tools.mcp.tool import mcp_tool_named
+
+        tool: Tool = mcp_tool_named(config.mcp_servers, name)
+    else:
+        tool = create_tool(name, config.tools.get(name, {}))
     engine = None
     try:
         await tool.check()

@@ -10,10 +10,11 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from agentflow.engines.base import SamplingParams
 from agentflow.errors import ConfigError
+from agentflow.tools.mcp.config import SERVER_NAME_PATTERN, McpServerConfig
 
 
 def read_yaml_mapping(path: str | Path) -> dict[str, Any]:
@@ -131,6 +132,9 @@ class FlowConfig(_Strict):
     roles: RolesConfig = Field(default_factory=RolesConfig)
     tools: dict[str, dict[str, Any]] = Field(
         default_factory=_default_tools, description="Enabled tools by name, each with its settings.")
+    mcp_servers: dict[Annotated[str, StringConstraints(pattern=SERVER_NAME_PATTERN)], McpServerConfig] = Field(
+        default_factory=dict, description="MCP servers by name: every tool each one offers becomes a flow tool "
+        "named SERVER.TOOL (see docs/tools.md).")
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     query_analysis: bool = Field(True, description="Run the planner's query analysis before the first turn.")
     shuffle_tools: bool = Field(
@@ -148,7 +152,7 @@ class FlowConfig(_Strict):
             if role.engine not in self.engines:
                 raise ConfigError(f"role {role_name!r} names engine {role.engine!r}, which is not in "
                                   f"engines ({', '.join(self.engines) or 'none'})")
-        if not self.tools:
+        if not self.tools and not self.mcp_servers:
             raise ConfigError("no tools enabled")
 
     @classmethod

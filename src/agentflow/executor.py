@@ -49,7 +49,7 @@ def fallback_field(tool: Tool) -> str | None:
     """The input field the sub-goal may fill: the tool's declared one, else its only required string field."""
     if tool.fallback_field:
         return tool.fallback_field
-    schema = tool.input_model.model_json_schema()
+    schema = tool.input_schema()
     required = schema.get("required", [])
     props = schema.get("properties", {})
     strings = [name for name in required if props.get(name, {}).get("type") == "string"]

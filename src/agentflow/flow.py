@@ -68,7 +68,11 @@ class Flow:
     @classmethod
     def from_config(cls, config: FlowConfig, *, engines: dict[str, Engine] | None = None,
                     tools: dict[str, Tool] | None = None) -> Flow:
-        """Build engines and tools from `config`; `engines` / `tools` replace entries of the same name."""
+        """Build engines and tools from `config`; `engines` / `tools` replace entries of the same name.
+
+        MCP servers start here (their tools are known only once they answer); a server whose tools are passed
+        in `tools` is shared, not started again. `aclose` stops them.
+        """
         built: dict[str, Engine] = dict(engines or {})
         for name, engine_config in config.engines.items():
             if name not in built:
@@ -77,6 +81,10 @@ class Flow:
         for name, settings in config.tools.items():
             if name not in tool_objects:
                 tool_objects[name] = create_tool(name, settings)
+        if config.mcp_servers:  # starts each server not already behind a tool passed in; SERVER.TOOL names
+            from agentflow.tools.mcp.tool import mcp_tools
+
+            tool_objects.update(mcp_tools(config.mcp_servers, given=tool_objects))
         return cls(config, built, tool_objects)
 
     # -- lifecycle ---------------------------------------------------------------------------------

@@ -76,12 +76,16 @@ class Tool(abc.ABC):
     def __init__(self, settings: ToolSettings | None = None) -> None:
         self.settings = settings if settings is not None else self.settings_model()
 
+    def input_schema(self) -> dict[str, Any]:
+        """JSON schema of the tool's input."""
+        return self.input_model.model_json_schema()
+
     def card(self) -> dict[str, Any]:
         """The tool card shown to the planner and by `agentflow tool list`."""
         return {
             "name": self.name,
             "description": self.description,
-            "input_schema": self.input_model.model_json_schema(),
+            "input_schema": self.input_schema(),
             "output": self.output_description,
             "limitations": self.limitations,
             "best_practices": self.best_practices,
@@ -90,7 +94,7 @@ class Tool(abc.ABC):
 
     def executor_schema(self) -> dict[str, Any]:
         """JSON schema the executor's reply is constrained to; by default the input schema."""
-        return self.input_model.model_json_schema()
+        return self.input_schema()
 
     def parse_input(self, arguments: dict[str, Any]) -> BaseModel:
         """Validate arguments against the input schema; raises ToolInputError with the reasons."""

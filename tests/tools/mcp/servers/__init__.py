@@ -1,0 +1,1 @@
+"""MCP servers the tests start: a well-behaved FastMCP server and a hand-written misbehaving one."""
