@@ -1,4 +1,4 @@
-"""The `agentflow` command: solve, tool, eval, train."""
+"""The `agentflow` command: solve, tool, eval, train, view."""
 
 from __future__ import annotations
 
@@ -27,10 +27,12 @@ def _mount_subcommands() -> None:
     from agentflow.eval.cli import eval_app
     from agentflow.train.cli import train_app
     from agentflow.verl.cli import verl_app
+    from agentflow.view.cli import view
 
     app.add_typer(eval_app, name="eval")
     app.add_typer(train_app, name="train")
     app.add_typer(verl_app, name="verl")
+    app.command("view")(view)
 
 console = Console()
 err_console = Console(stderr=True)

@@ -1,0 +1,154 @@
+"""An eval run directory (`agentflow eval --out DIR`) as the viewer sees it: summaries and item rows, followed
+while the run writes; one item with its trajectory."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from agentflow.eval.results import ItemResult, summarize
+from agentflow.view.jsonl_tail import JsonlTail
+
+log = logging.getLogger(__name__)
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def gold_text(gold: Any) -> str:
+    """A gold answer as one line: lists joined (any of them is right), other values as JSON."""
+    if isinstance(gold, str):
+        return gold
+    if isinstance(gold, list) and all(isinstance(g, str) for g in gold):
+        return " | ".join(gold)
+    return json.dumps(gold, ensure_ascii=False)
+
+
+def item_row(record: ItemResult) -> dict[str, Any]:
+    """What the item table needs of one result line; long texts are cut (the item page has them whole)."""
+    tokens = record.tokens
+    return {
+        "id": record.id, "bench": record.bench, "index": record.index, "status": record.status,
+        "correct": record.correct, "question": clip(record.question, 400), "prediction": clip(record.prediction, 300),
+        "gold": clip(gold_text(record.gold), 200), "turns": record.turns, "tools": record.tools,
+        "invalid_tool_turns": record.invalid_tool_turns, "seconds": record.seconds,
+        "tokens": tokens.get("prompt_tokens", 0) + tokens.get("completion_tokens", 0),
+        "calls": tokens.get("calls", 0), "stop_reason": record.stop_reason,
+        "error": record.error.kind if record.error else None,
+        "error_message": clip(record.error.message, 300) if record.error else None,
+        "has_trajectory": record.trajectory is not None,
+        "judge": record.judge.get("correct") if record.judge else None,
+    }
+
+
+def read_json_file(path: Path) -> tuple[Any, str | None]:
+    """(content, None), or (None, why it could not be read)."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8")), None
+    except FileNotFoundError:
+        return None, f"{path.name} is missing"
+    except (OSError, ValueError) as err:
+        return None, f"{path.name} cannot be read: {err}"
+
+
+def inside(directory: Path, relative: str) -> Path | None:
+    """`directory/relative` if it stays inside `directory` (a results line must not point elsewhere)."""
+    root = directory.resolve()
+    path = (root / relative).resolve()
+    return path if path.is_relative_to(root) else None
+
+
+class EvalRunView:
+    """Reads DIR/results.jsonl incrementally (thread-safe): a poll costs one `stat` when nothing changed."""
+
+    kind = "eval"
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self._tail = JsonlTail(directory / "results.jsonl")
+        self._lock = threading.Lock()
+        self.generation = 0
+        self.rows: list[dict[str, Any]] = []
+        self.items: dict[str, ItemResult] = {}
+
+    def refresh(self) -> None:
+        with self._lock:
+            new = self._tail.read_new()
+            if self._tail.reset:
+                self.generation += 1
+                self.rows, self.items = [], {}
+            for number, raw in new:
+                try:
+                    record = ItemResult.model_validate(raw)
+                except ValidationError as err:
+                    log.warning("%s:%d: skipping a line that is not a result: %s", self._tail.path, number,
+                                err.errors()[0]["msg"])
+                    continue
+                self.items[record.id] = record
+                self.rows.append(item_row(record))
+
+    def _config(self) -> dict[str, Any]:
+        config, _ = read_json_file(self.directory / "config.json")
+        return config if isinstance(config, dict) else {}
+
+    def _state(self, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """'finished' when summary.json was written after the last invocation started, else 'in progress'."""
+        summary, _ = read_json_file(self.directory / "summary.json")
+        invocations = config.get("invocations") or [{}]
+        started = str(invocations[-1].get("started_at", ""))
+        if isinstance(summary, dict) and str(summary.get("written_at", "")) >= started:
+            return ("interrupted" if summary.get("interrupted") else "finished"), summary
+        return "in progress", {}
+
+    def overview(self, *, after: int = 0, generation: int | None = None) -> dict[str, Any]:
+        """Summaries per benchmark and the item rows from line `after` on (all rows after a reset)."""
+        self.refresh()
+        with self._lock:
+            if generation != self.generation or after > len(self.rows):
+                after = 0
+            rows = self.rows[after:]
+            items = list(self.items.values())
+            count, gen = len(self.rows), self.generation
+        config = self._config()
+        state, summary = self._state(config)
+        by_bench: dict[str, list[ItemResult]] = {}
+        for record in items:
+            by_bench.setdefault(record.bench, []).append(record)
+        scorers = config.get("benchmarks", {})
+        benchmarks = []
+        for name in sorted(set(by_bench) | set(summary.get("benchmarks", {}))):
+            scorer = scorers.get(name, {}).get("scorer", "")
+            entry = summarize(name, by_bench.get(name, []), scorer=scorer).model_dump(
+                mode="json", exclude={"failed_items", "this_run"})
+            entry["pending"] = summary.get("benchmarks", {}).get(name, {}).get("pending", 0)
+            benchmarks.append(entry)
+        failures = Counter(r.error.kind if r.error else "unknown" for r in items if r.status != "scored")
+        return {"kind": self.kind, "path": str(self.directory), "name": self.directory.name, "state": state,
+                "config": config, "benchmarks": benchmarks, "failure_kinds": dict(failures.most_common()),
+                "generation": gen, "lines": count, "from": after, "rows": rows}
+
+    def item(self, item_id: str) -> dict[str, Any] | None:
+        """The whole result line of one item and its trajectory (or why it could not be read)."""
+        self.refresh()
+        with self._lock:
+            record = self.items.get(item_id)
+        if record is None:
+            return None
+        trajectory, problem = None, None
+        if record.trajectory:
+            path = inside(self.directory, record.trajectory)
+            if path is None:
+                problem = f"the trajectory path {record.trajectory!r} leaves the run directory"
+            else:
+                trajectory, problem = read_json_file(path)
+        else:
+            problem = "no trajectory was recorded for this item"
+        return {"kind": "eval_item", "run": self.directory.name, "item": record.model_dump(mode="json"),
+                "trajectory": trajectory, "trajectory_problem": problem}
