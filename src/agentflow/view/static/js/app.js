@@ -72,7 +72,8 @@ async function show() {
   timers = [];
   live.hidden = true;
   document.body.removeAttribute("data-ready");
-  const [route = "/", query = ""] = location.hash.slice(1).split("?");
+  const [path, query = ""] = location.hash.slice(1).split("?");
+  const route = path || "/";
   index = index || await getJSON("/");
   if (route === "/" && index.home !== "/") {
     location.replace("#" + index.home);

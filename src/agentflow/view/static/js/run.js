@@ -89,7 +89,7 @@ export async function render(ctx, index, runIndex) {
 
   const head = h("div");
   const summary = h("div");
-  const failures = h("div");
+  const failures = h("div", {id: "failures"});
   const tbody = h("tbody");
   const count = h("span", {class: "muted"});
   const pager = h("div", {class: "pager"});

@@ -75,8 +75,9 @@ export async function render(ctx, index, runIndex) {
   const steps = h("div"), evals = h("div");
   const draw = () => {
     ctx.live(data.idle_seconds !== null && data.idle_seconds < 120);
-    const trained = records.filter((r) => "seconds/rollout" in r || "loss" in r);
-    const last = trained[trained.length - 1] || {};
+    const lastStep = records.reduce((m, r) => Math.max(m, r.step), 0);
+    const rewards = records.filter((r) => isNum(r.reward_mean));
+    const last = {step: lastStep, reward_mean: rewards.length ? rewards[rewards.length - 1].reward_mean : null};
     const heldOut = records.filter((r) => isNum(r["eval/accuracy_all"]));
     clear(head).append(h("h1", null, data.name, " ", chip("training run", "train")), h("p", {class: "muted mono"}, data.path),
       h("div", {class: "stat-row"},
