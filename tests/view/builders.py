@@ -67,6 +67,10 @@ def trajectory_dict(question: str, answer: str) -> dict[str, Any]:
         "question": question, "answer": answer, "raw_answer": f"<answer>{answer}</answer>",
         "stop_reason": "verifier_stop", "tools": ["python"],
         "turns": [{"index": 1, "sub_goal": "compute it", "tool": "python", "tool_valid": True,
+                   "planner": {"role": "planner", "engine": {"engine": "transformers", "model": "m"},
+                               "sampling": {"temperature": 1.0}, "messages": [{"role": "user", "content": question}],
+                               "completion": {"text": '{"tool_name": "python"}', "prompt_token_ids": [1, 2, 3],
+                                              "token_ids": [4, 5], "logprobs": [-0.1, -0.2]}},
                    "tool_call": {"tool": "python", "arguments": {"code": "print(6*7)"}, "output": "42"},
                    "verdict": "STOP", "verdict_parsed": True}],
     }).model_dump(mode="json")

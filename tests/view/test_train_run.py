@@ -33,6 +33,8 @@ def test_overview_and_step_groups(tmp_path: Path, new_format: bool) -> None:
     assert rollout["gold"] == "x"
     if new_format:
         assert rollout["trajectory"]["turns"][0]["tool"] == "python" and rollout["trajectory_problem"] is None
+        completion = rollout["trajectory"]["turns"][0]["planner"]["completion"]
+        assert completion["text"] == '{"tool_name": "python"}' and "token_ids" not in completion  # not shown
     else:
         assert rollout["trajectory"] is None and "did not record" in rollout["trajectory_problem"]
     assert view.step(9) is None and view.rollout(1, "nope") is None

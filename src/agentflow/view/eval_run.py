@@ -48,6 +48,19 @@ def item_row(record: ItemResult) -> dict[str, Any]:
     }
 
 
+TOKEN_ARRAYS = ("prompt_token_ids", "token_ids", "logprobs")
+
+
+def without_token_arrays(value: Any) -> Any:
+    """A trajectory without its per-token ids and log-probs (the trainer's, often most of the file), which no page
+    shows; the file on disk keeps them."""
+    if isinstance(value, dict):
+        return {k: without_token_arrays(v) for k, v in value.items() if k not in TOKEN_ARRAYS}
+    if isinstance(value, list):
+        return [without_token_arrays(v) for v in value]
+    return value
+
+
 def read_json_file(path: Path) -> tuple[Any, str | None]:
     """(content, None), or (None, why it could not be read)."""
     try:
@@ -148,6 +161,7 @@ class EvalRunView:
                 problem = f"the trajectory path {record.trajectory!r} leaves the run directory"
             else:
                 trajectory, problem = read_json_file(path)
+                trajectory = without_token_arrays(trajectory)
         else:
             problem = "no trajectory was recorded for this item"
         return {"kind": "eval_item", "run": self.directory.name, "item": record.model_dump(mode="json"),

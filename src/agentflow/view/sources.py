@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from agentflow.errors import ConfigError
-from agentflow.view.eval_run import EvalRunView, read_json_file
+from agentflow.view.eval_run import EvalRunView, read_json_file, without_token_arrays
 from agentflow.view.train_run import TrainRunView
 
 
@@ -24,7 +24,7 @@ class TrajectoryFileView:
         if trajectory is not None and not (isinstance(trajectory, dict) and "question" in trajectory):
             trajectory, problem = None, f"{self.path.name} is not a trajectory (no 'question' key)"
         return {"kind": "trajectory_file", "path": str(self.path), "name": self.path.name,
-                "trajectory": trajectory, "trajectory_problem": problem}
+                "trajectory": without_token_arrays(trajectory), "trajectory_problem": problem}
 
 
 Source = EvalRunView | TrainRunView | TrajectoryFileView

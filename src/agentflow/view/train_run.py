@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentflow.view.eval_run import clip, gold_text, read_json_file
+from agentflow.view.eval_run import clip, gold_text, read_json_file, without_token_arrays
 from agentflow.view.jsonl_tail import JsonlTail
 
 log = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class TrainRunView:
         trajectory = record.get("trajectory")
         return {"kind": "train_rollout", "run": self.directory.name, "step": step, "row": rollout_row(record),
                 "question": str(record.get("question", "")), "gold": gold_text(record.get("gold")),
-                "trajectory": trajectory if isinstance(trajectory, dict) else None,
+                "trajectory": without_token_arrays(trajectory) if isinstance(trajectory, dict) else None,
                 "trajectory_problem": None if isinstance(trajectory, dict) else
                 "this trainer did not record whole trajectories in its rollout files"}
 

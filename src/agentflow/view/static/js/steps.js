@@ -45,8 +45,9 @@ function groupCard(runIndex, step, group) {
         h("td", {class: "turns"}, turnsCell(r)), h("td", {class: "answer"}, short(r.answer, 160)),
         h("td", null, r.planner.length ? h("details", null, h("summary", null, `${r.planner.length} repl${r.planner.length > 1 ? "ies" : "y"}`),
           r.planner.map((text, i) => h("div", {class: "message"}, h("div", {class: "role"}, `turn ${i + 1}`), fold(text, {lines: 6})))) : ""),
-        h("td", null, r.has_trajectory ? h("a", {href: `#/train/${runIndex}/step/${step}/rollout/${enc(r.id)}`}, "trajectory")
-          : r.failure ? chip(String(r.failure.kind || r.failure), "warn") : ""))), {cls: "rollouts", num: [0]}));
+        h("td", null, r.failure ? chip(String(r.failure.kind || r.failure), r.failure.infrastructure ? "bad" : "warn", r.failure.message || null) : "",
+          r.has_trajectory ? h("a", {href: `#/train/${runIndex}/step/${step}/rollout/${enc(r.id)}`}, "trajectory") : ""))),
+    {cls: "rollouts", num: [0]}));
 }
 
 export async function renderStep(ctx, index, runIndex, step) {
