@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from agentflow.eval.results import ResultsLog, summarize
-from agentflow.view.eval_run import EvalRunView, gold_text
+from agentflow.view.eval_run import ROW_COLUMNS, EvalRunView, gold_text
 from tests.view.builders import SCRIPT, eval_run, right_on_france
 
 
@@ -26,7 +26,8 @@ def test_summaries_are_the_eval_commands_numbers(run: Path) -> None:
     assert bench["accuracy_ci95"] == list(expected.accuracy_ci95)
     assert (bench["scored"], bench["correct"], bench["scorer"]) == (3, 1, "exact_match")
     assert data["state"] == "finished" and data["lines"] == 3
-    row = next(r for r in data["rows"] if r["id"] == "quiz:1:2")
+    assert tuple(data["columns"]) == ROW_COLUMNS
+    row = next(dict(zip(ROW_COLUMNS, r, strict=True)) for r in data["rows"] if r[0] == "quiz:1:2")
     assert row["prediction"] == f"{SCRIPT} no idea" and row["tools"] == {"echo": 1} and row["correct"] is False
 
 
@@ -39,7 +40,7 @@ def test_rows_after_a_line_and_a_new_generation_after_a_rewrite(run: Path) -> No
     with (run / "results.jsonl").open("a") as handle:   # a retried item: the later line wins
         handle.write(json.dumps(line) + "\n")
     update = view.overview(after=3, generation=first["generation"])
-    assert [r["id"] for r in update["rows"]] == [line["id"]] and update["from"] == 3
+    assert [r[0] for r in update["rows"]] == [line["id"]] and update["from"] == 3
     assert update["failure_kinds"] == {"engine_timeout": 1}
     assert update["benchmarks"][0]["infra_failed"] == 1 and update["benchmarks"][0]["scored"] == 2
     (run / "results.jsonl").write_text((run / "results.jsonl").read_text().splitlines()[1] + "\n")

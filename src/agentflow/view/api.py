@@ -63,6 +63,12 @@ class ViewApp:
     def __init__(self, paths: list[Path]) -> None:
         self.sources: list[Source] = [open_source(path) for path in paths]
 
+    def warm(self) -> None:
+        """Read every run once (in a thread at start-up), so the page's first request finds them read."""
+        for source in self.sources:
+            if isinstance(source, EvalRunView | TrainRunView):
+                source.overview()
+
     def home(self) -> str:
         """The page to open first: the one source, the comparison of two eval runs, or the list."""
         kinds = [s.kind for s in self.sources]

@@ -74,6 +74,7 @@ def view(
     except OSError as err:
         err_console.print(f"[bold red]error:[/] cannot listen on {escape(host)}:{port}: {escape(str(err))}")
         raise typer.Exit(2) from None
+    threading.Thread(target=app.warm, daemon=True).start()
     url = server.url + "#" + app.home()
     if host not in ("127.0.0.1", "localhost", "::1"):
         err_console.print(f"[yellow]warning:[/] listening on {escape(host)}: anyone who can reach this machine can "

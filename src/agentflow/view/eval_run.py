@@ -31,21 +31,21 @@ def gold_text(gold: Any) -> str:
     return json.dumps(gold, ensure_ascii=False)
 
 
-def item_row(record: ItemResult) -> dict[str, Any]:
-    """What the item table needs of one result line; long texts are cut (the item page has them whole)."""
+ROW_COLUMNS = ("id", "bench", "index", "status", "correct", "question", "prediction", "gold", "turns", "tools",
+               "invalid_tool_turns", "seconds", "tokens", "stop_reason", "error", "error_message", "judge")
+
+
+def item_row(record: ItemResult) -> list[Any]:
+    """What the item table needs of one result line, in ROW_COLUMNS order (a 10,000-item run is sent as rows
+    of values, not of key/value objects); long texts are cut, the item page has them whole."""
     tokens = record.tokens
-    return {
-        "id": record.id, "bench": record.bench, "index": record.index, "status": record.status,
-        "correct": record.correct, "question": clip(record.question, 400), "prediction": clip(record.prediction, 300),
-        "gold": clip(gold_text(record.gold), 200), "turns": record.turns, "tools": record.tools,
-        "invalid_tool_turns": record.invalid_tool_turns, "seconds": record.seconds,
-        "tokens": tokens.get("prompt_tokens", 0) + tokens.get("completion_tokens", 0),
-        "calls": tokens.get("calls", 0), "stop_reason": record.stop_reason,
-        "error": record.error.kind if record.error else None,
-        "error_message": clip(record.error.message, 300) if record.error else None,
-        "has_trajectory": record.trajectory is not None,
-        "judge": record.judge.get("correct") if record.judge else None,
-    }
+    error = record.error
+    return [record.id, record.bench, record.index, record.status, record.correct, clip(record.question, 300),
+            clip(record.prediction, 200), clip(gold_text(record.gold), 150), record.turns, record.tools,
+            record.invalid_tool_turns, round(record.seconds, 2),
+            tokens.get("prompt_tokens", 0) + tokens.get("completion_tokens", 0), record.stop_reason,
+            error.kind if error else None, clip(error.message, 200) if error else None,
+            record.judge.get("correct") if record.judge else None]
 
 
 TOKEN_ARRAYS = ("prompt_token_ids", "token_ids", "logprobs")
@@ -88,18 +88,19 @@ class EvalRunView:
         self._tail = JsonlTail(directory / "results.jsonl")
         self._lock = threading.Lock()
         self.generation = 0
-        self.rows: list[dict[str, Any]] = []
+        self.rows: list[list[Any]] = []
         self.items: dict[str, ItemResult] = {}
+        self._summaries: tuple[tuple[int, int], list[dict[str, Any]], dict[str, int]] | None = None
 
     def refresh(self) -> None:
         with self._lock:
-            new = self._tail.read_new()
+            new = self._tail.read_new_lines()
             if self._tail.reset:
                 self.generation += 1
                 self.rows, self.items = [], {}
-            for number, raw in new:
+            for number, line in new:
                 try:
-                    record = ItemResult.model_validate(raw)
+                    record = ItemResult.model_validate_json(line)
                 except ValidationError as err:
                     log.warning("%s:%d: skipping a line that is not a result: %s", self._tail.path, number,
                                 err.errors()[0]["msg"])
@@ -120,32 +121,38 @@ class EvalRunView:
             return ("interrupted" if summary.get("interrupted") else "finished"), summary
         return "in progress", {}
 
+    def _summarize(self, config: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, int]]:
+        """Per-benchmark summaries (the numbers `agentflow eval` prints) and failure kinds; recomputed only when
+        a result line was added, not on every poll. Call with the lock held."""
+        key = (self.generation, len(self.rows))
+        if self._summaries is None or self._summaries[0] != key:
+            by_bench: dict[str, list[ItemResult]] = {}
+            for record in self.items.values():
+                by_bench.setdefault(record.bench, []).append(record)
+            scorers = config.get("benchmarks", {})
+            benchmarks = [summarize(name, records, scorer=scorers.get(name, {}).get("scorer", "")).model_dump(
+                mode="json", exclude={"failed_items", "this_run"}) for name, records in sorted(by_bench.items())]
+            failures = Counter(r.error.kind if r.error else "unknown" for r in self.items.values()
+                               if r.status != "scored")
+            self._summaries = (key, benchmarks, dict(failures.most_common()))
+        return self._summaries[1], self._summaries[2]
+
     def overview(self, *, after: int = 0, generation: int | None = None) -> dict[str, Any]:
         """Summaries per benchmark and the item rows from line `after` on (all rows after a reset)."""
         self.refresh()
+        config = self._config()
+        state, summary = self._state(config)
         with self._lock:
             if generation != self.generation or after > len(self.rows):
                 after = 0
             rows = self.rows[after:]
-            items = list(self.items.values())
             count, gen = len(self.rows), self.generation
-        config = self._config()
-        state, summary = self._state(config)
-        by_bench: dict[str, list[ItemResult]] = {}
-        for record in items:
-            by_bench.setdefault(record.bench, []).append(record)
-        scorers = config.get("benchmarks", {})
-        benchmarks = []
-        for name in sorted(set(by_bench) | set(summary.get("benchmarks", {}))):
-            scorer = scorers.get(name, {}).get("scorer", "")
-            entry = summarize(name, by_bench.get(name, []), scorer=scorer).model_dump(
-                mode="json", exclude={"failed_items", "this_run"})
-            entry["pending"] = summary.get("benchmarks", {}).get(name, {}).get("pending", 0)
-            benchmarks.append(entry)
-        failures = Counter(r.error.kind if r.error else "unknown" for r in items if r.status != "scored")
+            benchmarks, failures = self._summarize(config)
+        pending = {name: entry.get("pending", 0) for name, entry in summary.get("benchmarks", {}).items()}
+        benchmarks = [{**entry, "pending": pending.get(entry["bench"], 0)} for entry in benchmarks]
         return {"kind": self.kind, "path": str(self.directory), "name": self.directory.name, "state": state,
-                "config": config, "benchmarks": benchmarks, "failure_kinds": dict(failures.most_common()),
-                "generation": gen, "lines": count, "from": after, "rows": rows}
+                "config": config, "benchmarks": benchmarks, "failure_kinds": failures, "generation": gen,
+                "lines": count, "from": after, "columns": ROW_COLUMNS, "rows": rows}
 
     def item(self, item_id: str) -> dict[str, Any] | None:
         """The whole result line of one item and its trajectory (or why it could not be read)."""

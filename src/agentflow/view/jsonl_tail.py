@@ -25,8 +25,8 @@ class JsonlTail:
         self._inode: int | None = None
         self.reset = False
 
-    def read_new(self) -> list[tuple[int, dict[str, Any]]]:
-        """(line number, object) of each complete line written since the last call; bad lines are skipped."""
+    def read_new_lines(self) -> list[tuple[int, bytes]]:
+        """(line number, bytes) of each complete, non-blank line written since the last call."""
         self.reset = False
         try:
             stat = os.stat(self.path)
@@ -44,16 +44,22 @@ class JsonlTail:
         if end == -1:
             return []
         self.offset += end + 1
-        records = []
+        lines = []
         for line in chunk[:end].split(b"\n"):
             self.line_number += 1
-            if not line.strip():
-                continue
+            if line.strip():
+                lines.append((self.line_number, line))
+        return lines
+
+    def read_new(self) -> list[tuple[int, dict[str, Any]]]:
+        """(line number, object) of each complete line written since the last call; bad lines are skipped."""
+        records = []
+        for number, line in self.read_new_lines():
             try:
                 record = json.loads(line)
             except ValueError as err:
-                log.warning("%s:%d: skipping an unreadable line: %s", self.path, self.line_number, err)
+                log.warning("%s:%d: skipping an unreadable line: %s", self.path, number, err)
                 continue
             if isinstance(record, dict):
-                records.append((self.line_number, record))
+                records.append((number, record))
         return records

@@ -79,8 +79,13 @@ export async function render(ctx, index, runIndex) {
   let data = await getJSON(route);
   if (!ctx.alive()) return;
   const byId = new Map();
-  const merge = (rows) => rows.forEach((r) => byId.set(r.id, r));
-  merge(data.rows);
+  // rows come as arrays of values in data.columns order; the later line of an item wins
+  const merge = (payload) => payload.rows.forEach((values) => {
+    const row = {};
+    payload.columns.forEach((column, i) => { row[column] = values[i]; });
+    byId.set(row.id, row);
+  });
+  merge(data);
   const f = {q: ctx.params.get("q") || "", bench: ctx.params.get("bench") || "",
     outcome: ctx.params.get("outcome") || "", tool: ctx.params.get("tool") || "",
     sort: ctx.params.get("sort") || "", page: Number(ctx.params.get("page") || 0)};
@@ -174,7 +179,7 @@ export async function render(ctx, index, runIndex) {
     const next = await getJSON(route, {after: data.lines, generation: data.generation});
     if (next.generation !== data.generation || next.from === 0) byId.clear();
     const changed = next.rows.length > 0 || next.state !== data.state;
-    merge(next.rows);
+    merge(next);
     data = next;
     if (!changed) return;
     drawHead();
