@@ -1,8 +1,8 @@
 // The router: the part of the address after '#' names the page (#/run/0/item/ID) and, after '?', its filters.
 // Each page is drawn from the JSON of the same route (/api/run/0/item/ID): its JSON twin.
 
-import {append, clear, h} from "af/dom.js";
-import {exported, getJSON, NotFound} from "af/data.js";
+import { append, clear, h } from "af/dom.js";
+import { exported, getJSON, NotFound } from "af/data.js";
 import * as compare from "af/compare.js";
 import * as home from "af/home.js";
 import * as item from "af/item.js";
@@ -34,13 +34,16 @@ let index = null;
 
 function context(route, params, token) {
   return {
-    main, route, params, exported,
+    main,
+    route,
+    params,
+    exported,
     alive: () => token === current,
     crumbs(list) {
       clear(crumbs);
       list.forEach(([label, href], i) => {
-        if (i) crumbs.append(h("span", {class: "sep"}, "/"));
-        crumbs.append(href ? h("a", {href}, label) : h("span", null, label));
+        if (i) crumbs.append(h("span", { class: "sep" }, "/"));
+        crumbs.append(href ? h("a", { href }, label) : h("span", null, label));
       });
       document.title = `${list.map(([label]) => label).join(" / ")} · agentflow view`;
     },
@@ -48,14 +51,24 @@ function context(route, params, token) {
     every(fn) {
       if (exported) return;
       let busy = false;
-      timers.push(setInterval(async () => {
-        if (busy || document.hidden || token !== current) return;
-        busy = true;
-        try { await fn(); } catch (err) { console.warn("live update failed:", err); } finally { busy = false; }
-      }, POLL_MS));
+      timers.push(
+        setInterval(async () => {
+          if (busy || document.hidden || token !== current) return;
+          busy = true;
+          try {
+            await fn();
+          } catch (err) {
+            console.warn("live update failed:", err);
+          } finally {
+            busy = false;
+          }
+        }, POLL_MS),
+      );
     },
     // The "live" mark: this page follows a run that is still being written.
-    live(on) { if (token === current) live.hidden = exported || !on; },
+    live(on) {
+      if (token === current) live.hidden = exported || !on;
+    },
     // Keep filters in the address, so reload and the back button return to the same view.
     setParams(values) {
       const query = new URLSearchParams(Object.entries(values).filter(([, v]) => v !== "" && v !== null));
@@ -74,7 +87,7 @@ async function show() {
   document.body.removeAttribute("data-ready");
   const [path, query = ""] = location.hash.slice(1).split("?");
   const route = path || "/";
-  index = index || await getJSON("/");
+  index = index || (await getJSON("/"));
   if (route === "/" && index.home !== "/") {
     location.replace("#" + index.home);
     return;
@@ -90,8 +103,11 @@ async function show() {
   } catch (err) {
     if (token !== current) return;
     clear(main);
-    append(main, [h("h1", null, err instanceof NotFound ? "Not found" : "Something went wrong"),
-      h("p", {class: "error-text"}, String(err.message || err)), h("p", null, h("a", {href: "#/"}, "back to the start"))]);
+    append(main, [
+      h("h1", null, err instanceof NotFound ? "Not found" : "Something went wrong"),
+      h("p", { class: "error-text" }, String(err.message || err)),
+      h("p", null, h("a", { href: "#/" }, "back to the start")),
+    ]);
   }
   if (token === current) {
     document.body.dataset.ready = route;

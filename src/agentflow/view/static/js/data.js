@@ -24,8 +24,8 @@ export async function getJSON(route, query = null) {
     return unpacked.get(route);
   }
   const search = query ? "?" + new URLSearchParams(query) : "";
-  const response = await fetch("/api" + route + search, {cache: "no-store"});
-  const body = await response.json().catch(() => ({error: `HTTP ${response.status}`}));
+  const response = await fetch("/api" + route + search, { cache: "no-store" });
+  const body = await response.json().catch(() => ({ error: `HTTP ${response.status}` }));
   if (response.status === 404) throw new NotFound(body.error || "not found");
   if (!response.ok) throw new Error(body.error || `HTTP ${response.status}`);
   return body;

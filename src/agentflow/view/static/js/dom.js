@@ -40,35 +40,35 @@ export function clear(el) {
 }
 
 export function chip(text, kind = "", title = null) {
-  return h("span", {class: `chip ${kind}`.trim(), title}, text);
+  return h("span", { class: `chip ${kind}`.trim(), title }, text);
 }
 
 export function section(title, ...children) {
-  return h("section", {class: "block"}, h("h2", null, title), ...children);
+  return h("section", { class: "block" }, h("h2", null, title), ...children);
 }
 
 /** Long text folded: the first lines, and a button that shows the rest. */
-export function fold(text, {lines = 14, chars = 1600, kind = ""} = {}) {
+export function fold(text, { lines = 14, chars = 1600, kind = "" } = {}) {
   text = String(text ?? "");
   const all = text.split("\n");
-  if (all.length <= lines && text.length <= chars) return h("pre", {class: `text ${kind}`.trim()}, text);
+  if (all.length <= lines && text.length <= chars) return h("pre", { class: `text ${kind}`.trim() }, text);
   let head = all.slice(0, lines).join("\n");
   if (head.length > chars) head = head.slice(0, chars);
-  const pre = h("pre", {class: `text ${kind}`.trim()}, head + " …");
+  const pre = h("pre", { class: `text ${kind}`.trim() }, head + " …");
   const label = `show all (${all.length} lines, ${text.length.toLocaleString()} characters)`;
-  const button = h("button", {class: "unfold", type: "button"}, label);
+  const button = h("button", { class: "unfold", type: "button" }, label);
   button.addEventListener("click", () => {
     const open = button.dataset.open === "1";
     pre.textContent = open ? head + " …" : text;
     button.textContent = open ? label : "fold";
     button.dataset.open = open ? "0" : "1";
   });
-  return h("div", {class: "fold"}, pre, button);
+  return h("div", { class: "fold" }, pre, button);
 }
 
 /** A key/value grid. pairs: [[label, value], ...]; empty values are left out. */
 export function facts(pairs) {
-  const dl = h("dl", {class: "facts"});
+  const dl = h("dl", { class: "facts" });
   for (const [label, value] of pairs) {
     if (value === null || value === undefined || value === "") continue;
     append(dl, [h("dt", null, label), h("dd", null, value)]);
@@ -77,12 +77,23 @@ export function facts(pairs) {
 }
 
 /** A table; `num` lists the columns (by index) whose header sits right, over right-aligned numbers. */
-export function table(headers, rows, {cls = "", num = []} = {}) {
-  return h("table", {class: `grid ${cls}`.trim()},
-    h("thead", null, h("tr", null, headers.map((x, i) => h("th", {class: num.includes(i) ? "num" : null}, x)))),
-    h("tbody", null, rows));
+export function table(headers, rows, { cls = "", num = [] } = {}) {
+  return h(
+    "table",
+    { class: `grid ${cls}`.trim() },
+    h(
+      "thead",
+      null,
+      h(
+        "tr",
+        null,
+        headers.map((x, i) => h("th", { class: num.includes(i) ? "num" : null }, x)),
+      ),
+    ),
+    h("tbody", null, rows),
+  );
 }
 
 export function message(text, kind = "muted") {
-  return h("p", {class: kind}, text);
+  return h("p", { class: kind }, text);
 }
