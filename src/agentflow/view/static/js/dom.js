@@ -67,11 +67,11 @@ export function fold(text, { lines = 14, chars = 1600, kind = "" } = {}) {
 }
 
 /** A key/value grid. pairs: [[label, value], ...]; empty values are left out. */
-export function facts(pairs) {
-  const dl = h("dl", { class: "facts" });
+export function facts(pairs, { inline = false } = {}) {
+  const dl = h("dl", { class: inline ? "facts inline" : "facts" });
   for (const [label, value] of pairs) {
     if (value === null || value === undefined || value === "") continue;
-    append(dl, [h("dt", null, label), h("dd", null, value)]);
+    dl.append(h("div", null, h("dt", null, label), h("dd", null, value)));
   }
   return dl;
 }

@@ -239,21 +239,17 @@ export function renderTrajectory(t, known = null) {
   );
 }
 
+/** The result line's own facts (turns, tokens and time are in the trajectory's strip). */
 export function itemFacts(item) {
-  const tokens = item.tokens || {};
-  return facts([
-    ["benchmark", item.bench],
-    ["item", item.id],
-    ["status", item.status],
-    ["scorer value", item.value ?? ""],
-    ["judge", item.judge ? String(item.judge.correct) : ""],
-    ["turns", item.turns],
-    ["time", secs(item.seconds)],
+  return facts(
     [
-      "tokens",
-      tokens.prompt_tokens !== undefined ? `${int(tokens.prompt_tokens)} → ${int(tokens.completion_tokens)}` : "",
+      ["benchmark", item.bench],
+      ["status", item.status],
+      ["scorer value", item.value ?? ""],
+      ["judge", item.judge ? String(item.judge.correct) : ""],
+      ["failure", item.error ? `${item.error.kind} (${item.error.stage}): ${item.error.message}` : ""],
+      ["finished", item.finished_at],
     ],
-    ["failure", item.error ? `${item.error.kind} (${item.error.stage}): ${item.error.message}` : ""],
-    ["finished", item.finished_at],
-  ]);
+    { inline: true },
+  );
 }
