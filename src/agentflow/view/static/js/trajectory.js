@@ -211,7 +211,7 @@ export function renderTrajectory(t, known = null) {
     (t.failures || []).length
       ? h(
           "div",
-          { class: "failure-box" },
+          { class: t.failures.some((f) => f.infrastructure) ? "failure-box" : "failure-box agent" },
           h("strong", null, `${t.failures.length} failure(s)`),
           failureList(t.failures),
         )
