@@ -48,7 +48,10 @@ def render(*, exported: dict[str, str] | None = None, title: str = "agentflow vi
     template = (STATIC / "index.html").read_text(encoding="utf-8")
     if exported is None:
         importmap = _script_json({"imports": {"af/": "/static/js/"}})
-        style = '<link rel="stylesheet" href="/static/style.css">'
+        # every module fetched at once, not level by level as the imports are discovered
+        preload = "".join(f'<link rel="modulepreload" href="/static/js/{name.removeprefix("af/")}">'
+                          for name in js_modules())
+        style = '<link rel="stylesheet" href="/static/style.css">' + preload
         data = ""
         csp = (f"default-src 'none'; script-src 'self' {csp_hash(importmap)} {csp_hash(BOOT)}; style-src 'self'; "
                "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'none'; "

@@ -51,6 +51,7 @@ class ViewServer(ThreadingHTTPServer):
 class ViewHandler(BaseHTTPRequestHandler):
     server: ViewServer
     server_version = "agentflow-view"
+    protocol_version = "HTTP/1.1"  # keep-alive: the page's modules come over a few connections, not one each
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the stdlib's signature
         log.debug("%s " + format, self.address_string(), *args)

@@ -111,6 +111,7 @@ async function show() {
   }
   if (token === current) {
     document.body.dataset.ready = route;
+    performance.mark("agentflow-view:ready");
     window.scrollTo(0, 0);
   }
 }

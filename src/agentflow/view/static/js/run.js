@@ -236,10 +236,12 @@ export async function render(ctx, index, runIndex) {
     );
     options(toolSelect, [...new Set(rows.flatMap((r) => Object.keys(r.tools)))].sort(), "any tool", f.tool);
   };
+  let failuresShown = 20;
   const drawFailures = () => {
     const failed = [...byId.values()].filter((r) => r.status !== "scored");
     clear(failures);
     if (!failed.length) return;
+    const more = failed.length - failuresShown;
     failures.append(
       section(
         `Infrastructure failures (${failed.length}) — not counted in accuracy`,
@@ -251,7 +253,7 @@ export async function render(ctx, index, runIndex) {
         table(
           ["benchmark", "item", "kind", "message"],
           failed
-            .slice(0, 500)
+            .slice(0, failuresShown)
             .map((r) =>
               h(
                 "tr",
@@ -263,6 +265,20 @@ export async function render(ctx, index, runIndex) {
               ),
             ),
         ),
+        more > 0
+          ? h(
+              "button",
+              {
+                type: "button",
+                class: "unfold",
+                onclick: () => {
+                  failuresShown += 200;
+                  drawFailures();
+                },
+              },
+              `show ${Math.min(more, 200)} more of ${more}`,
+            )
+          : "",
       ),
     );
   };
