@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import io
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -127,3 +129,18 @@ def test_tool_table_shows_every_card_as_written() -> None:
         for field in ("name", "description", "limitations"):
             for span in intended_brackets(card[field]):
                 assert span in shown
+
+
+@pytest.mark.slow
+def test_llamacpp_server_prints_the_model_name_as_written() -> None:
+    pytest.importorskip("xllamacpp")
+    command = [sys.executable, "-m", "agentflow.engines.llamacpp", "--serve", "--port", "0", "--threads", "1",
+               "--n-parallel", "1", "--alias", "[bold]smol[/bold]"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert first.startswith("listening on") and "(model [bold]smol[/bold])" in first, first
