@@ -18,14 +18,18 @@ const GROUPS = [
     { unit: "share", order: ["reward_mean", "accuracy", "eval/accuracy_all"] },
   ],
   ["Held-out accuracy by kind", (k) => k.match(/^eval\/accuracy\/(.+)$/)?.[1], { unit: "share" }],
-  ["KL divergence", (k) => ({ kl_ref: "KL to reference (k3)", approx_kl: "KL to rollout policy" })[k], { zero: true }],
+  [
+    "KL divergence",
+    (k) => ({ kl_ref: "KL to reference (k3)", approx_kl: "KL to rollout policy" })[k],
+    { zero: true, order: ["kl_ref", "approx_kl"] },
+  ],
   ["Entropy", (k) => (k === "entropy" ? "entropy" : null), {}],
   ["Clip fraction", (k) => (k === "clip_fraction" ? "clipped tokens" : null), { unit: "share" }],
   ["Gradient norm", (k) => (k === "grad_norm" ? "grad norm" : null), { zero: true }],
   [
     "Groups without signal, excluded trajectories",
     (k) => ({ no_signal_share: "groups without signal", excluded_share: "excluded (infrastructure)" })[k],
-    { unit: "share" },
+    { unit: "share", order: ["no_signal_share", "excluded_share"] },
   ],
   [
     "Tool choice (share of planner turns)",
@@ -89,7 +93,15 @@ function configFacts(config) {
   const policy = flow.engines?.[flow.roles?.planner?.engine] || {};
   return facts([
     ["algorithm", config.algorithm],
-    ["planner", String(policy.model_path || policy.model || policy.kind || "")],
+    [
+      "planner",
+      [
+        policy.kind,
+        String(policy.model_path || policy.model || "bundled SmolLM2-135M")
+          .split("/")
+          .pop(),
+      ].join(" · "),
+    ],
     ["B × G", isNum(config.batch_size) ? `${config.batch_size} questions × ${config.group_size} trajectories` : ""],
     ["steps", config.max_steps],
     ["learning rate", config.learning_rate],
