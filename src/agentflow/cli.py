@@ -1,4 +1,4 @@
-"""The `agentflow` command: solve, tool, eval, train."""
+"""The `agentflow` command: solve, tool, eval, train, view."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from agentflow.config import FlowConfig, LlamaCppEngineConfig, OpenAIEngineConfig
@@ -26,10 +27,12 @@ def _mount_subcommands() -> None:
     from agentflow.eval.cli import eval_app
     from agentflow.train.cli import train_app
     from agentflow.verl.cli import verl_app
+    from agentflow.view.cli import view
 
     app.add_typer(eval_app, name="eval")
     app.add_typer(train_app, name="train")
     app.add_typer(verl_app, name="verl")
+    app.command("view")(view)
 
 console = Console()
 err_console = Console(stderr=True)
@@ -44,7 +47,7 @@ def _setup_logging(verbose: bool) -> None:
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}")
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
 
@@ -78,23 +81,24 @@ def apply_overrides(config: FlowConfig, *, model: Path | None = None, base_url: 
 
 
 class StepPrinter:
-    """Prints each step of a running flow as it happens."""
+    """Prints each step of a running flow as it happens. Model text is escaped: a `[/x]` in it is text, not markup."""
 
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
         if kind == "analysis":
-            console.print(f"[bold]Analysis[/] {truncate(payload['text'], 300)}")
+            console.print(f"[bold]Analysis[/] {escape(truncate(payload['text'], 300))}", highlight=False)
         elif kind == "plan":
             style = "cyan" if payload["valid"] else "red"
-            console.print(f"\n[bold]Turn {payload['turn']}[/] tool=[{style}]{payload['tool'] or '-'}[/] "
-                          f"sub-goal: {truncate(payload['sub_goal'], 200)}")
+            console.print(f"\n[bold]Turn {payload['turn']}[/] tool=[{style}]{escape(payload['tool'] or '-')}[/] "
+                          f"sub-goal: {escape(truncate(payload['sub_goal'], 200))}", highlight=False)
         elif kind == "tool":
             mark = "[red]error[/]" if payload["error"] else "result"
-            console.print(f"  input {json.dumps(payload['arguments'], ensure_ascii=False)[:200]}")
-            console.print(f"  {mark}: {payload['output']}", markup=True, highlight=False)
+            arguments = json.dumps(payload["arguments"], ensure_ascii=False)[:200]
+            console.print(f"  input {escape(arguments)}", highlight=False)
+            console.print(f"  {mark}: {escape(payload['output'])}", highlight=False)
         elif kind == "verdict":
-            console.print(f"  verifier: [bold]{payload['verdict']}[/]")
+            console.print(f"  verifier: [bold]{escape(str(payload['verdict']))}[/]")
         elif kind == "answer":
-            console.print(f"\n[bold green]Answer:[/] {payload['answer']}")
+            console.print(f"\n[bold green]Answer:[/] {escape(payload['answer'])}", highlight=False)
 
 
 @app.command()
@@ -123,17 +127,17 @@ def solve(
                                       tools=tools, max_turns=max_turns, max_seconds=max_seconds,
                                       tool_timeout=tool_timeout, temperature=temperature)
         flow = Flow.from_config(flow_config)
-        console.print(f"[bold]Question:[/] {question.strip()}")
+        console.print(f"[bold]Question:[/] {escape(question.strip())}", highlight=False)
         trajectory = flow.solve(question, on_event=StepPrinter())
     except AgentFlowError as err:
         raise _fail(str(err)) from None
     if trajectory_out:
         trajectory.write(trajectory_out)
-        console.print(f"trajectory written to {trajectory_out}")
+        console.print(f"trajectory written to {trajectory_out}", markup=False)
     for failure in trajectory.failures:
         style = "red" if failure.infrastructure else "yellow"
-        console.print(f"[{style}]{failure.stage} {failure.kind}[/]: {truncate(failure.message, 300)}",
-                      highlight=False)
+        console.print(f"[{style}]{escape(failure.stage)} {escape(failure.kind)}[/]: "
+                      f"{escape(truncate(failure.message, 300))}", highlight=False)
     usage = trajectory.usage
     console.print(f"[dim]{len(trajectory.turns)} turn(s), stop: {trajectory.stop_reason}, {usage.calls} model calls, "
                   f"{usage.prompt_tokens}+{usage.completion_tokens} tokens, {trajectory.seconds:.1f}s[/]")
@@ -168,8 +172,8 @@ def tool_list(
     for card in cards:
         props = card["input_schema"].get("properties", {})
         fields = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in props.items())
-        table.add_row(card["name"], card.get("server", "(built-in)"), card["description"], fields,
-                      card["limitations"])
+        table.add_row(*(escape(text) for text in (card["name"], card.get("server", "(built-in)"), card["description"],
+                                                  fields, card["limitations"])))
     console.print(table)
 
 

@@ -390,7 +390,8 @@ def serve(config: LlamaCppEngineConfig, *, host: str = "127.0.0.1", port: int = 
     server = xllamacpp.Server(params)
     address = server.listening_address
     log.info("llama.cpp server for %s listening on %s", model_path.name, address)
-    Console(highlight=False, soft_wrap=True).print(f"listening on {address}/v1 (model {alias or model_path.stem})")
+    Console(highlight=False, soft_wrap=True).print(f"listening on {address}/v1 (model {alias or model_path.stem})",
+                                                   markup=False)
     if ready is not None:
         ready.set()
     stop = stop or threading.Event()

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
@@ -40,7 +41,7 @@ eval_app = typer.Typer(
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
     return typer.Exit(code)
 
 
@@ -92,7 +93,8 @@ def run(
     if report.this_run.items:
         console.print(f"ran {report.this_run.items} items in {report.this_run.wall_seconds:.1f}s: "
                       f"{report.this_run.items_per_minute:.2f} items/min at concurrency {concurrency}")
-    console.print(f"results: {report.out}/results.jsonl  summary: {report.out}/summary.json", highlight=False)
+    console.print(f"results: {report.out}/results.jsonl  summary: {report.out}/summary.json", highlight=False,
+                  markup=False)
 
 
 @eval_app.command("compare")
@@ -121,13 +123,14 @@ def list_benchmarks() -> None:
     for header in ("name", "scorer", "data", "description"):
         table.add_column(header)
     for spec in BENCHMARKS.values():
-        table.add_row(spec.name, spec.scorer, "shipped" if spec.file else "--data PATH", spec.description)
+        table.add_row(*(escape(text) for text in (spec.name, spec.scorer, "shipped" if spec.file else "--data PATH",
+                                                  spec.description)))
     console.print(table)
     scorers = Table(title="scorers")
     scorers.add_column("name")
     scorers.add_column("description")
     for name, description in available_scorers().items():
-        scorers.add_row(name, description)
+        scorers.add_row(escape(name), escape(description))
     console.print(scorers)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from agentflow.errors import ConfigError
@@ -51,7 +52,11 @@ def _read(directory: Path) -> dict[str, ItemResult]:
 
 def compare_runs(a: str | Path, b: str | Path) -> list[BenchComparison]:
     """Compare two result directories benchmark by benchmark (benchmarks present in either)."""
-    results_a, results_b = _read(Path(a)), _read(Path(b))
+    return compare_results(_read(Path(a)), _read(Path(b)))
+
+
+def compare_results(results_a: dict[str, ItemResult], results_b: dict[str, ItemResult]) -> list[BenchComparison]:
+    """Compare two runs' results (item id -> result) benchmark by benchmark."""
     benches = sorted({r.bench for r in results_a.values()} | {r.bench for r in results_b.values()})
     comparisons = []
     for bench in benches:
@@ -80,14 +85,14 @@ def _pct(value: float | None, signed: bool = False) -> str:
 
 def render_comparison(console: Console, comparisons: list[BenchComparison], a: str, b: str, *,
                       max_items: int = 20) -> None:
-    table = Table(title=f"A = {a}\nB = {b}", box=box.SIMPLE_HEAD,
+    table = Table(title=escape(f"A = {a}\nB = {b}"), box=box.SIMPLE_HEAD,
                   caption="n: items scored in both; fixed: wrong in A, right in B; broke: right in A, wrong in "
                           "B; p: exact McNemar test of the flips; only A/B: scored in one run only")
     for header in ("benchmark", "n", "A %", "B %", "B-A", "fixed", "broke", "p", "only A",
                    "only B"):
         table.add_column(header, justify="left" if header == "benchmark" else "right")
     for c in comparisons:
-        table.add_row(c.bench, str(c.common), _pct(c.a_accuracy), _pct(c.b_accuracy), _pct(c.difference, True),
+        table.add_row(escape(c.bench), str(c.common), _pct(c.a_accuracy), _pct(c.b_accuracy), _pct(c.difference, True),
                       str(len(c.gained)), str(len(c.lost)),
                       "-" if c.mcnemar_p is None else f"{c.mcnemar_p:.3g}", str(c.only_a), str(c.only_b))
     console.print(table)

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -319,17 +320,17 @@ class EvalRun:
             todo: list[tuple[BenchmarkItem, str]] = []
             for bench in self.benchmarks:
                 for note in bench.notes:
-                    self.console.print(f"[yellow]{bench.name}:[/] {note}")
+                    self.console.print(f"[yellow]{escape(bench.name)}:[/] {escape(note)}")
                 pending = [i for i in bench.items if i.id not in done
                            or (self.settings.retry_failed and done[i.id].status != "scored")]
                 failed_before = sum(1 for i in bench.items if i.id in done and done[i.id].status != "scored")
                 hint = ""
                 if failed_before and not self.settings.retry_failed:
                     hint = f"; {failed_before} failed earlier (re-run them with --retry-failed)"
-                self.console.print(f"[bold]{bench.name}[/]: {len(bench.items)} items, "
+                self.console.print(f"[bold]{escape(bench.name)}[/]: {len(bench.items)} items, "
                                    f"{len(bench.items) - len(pending)} done, {len(pending)} to run{hint}")
                 todo += [(item, bench.scorer) for item in pending]
-            self.console.print(f"results: {self.out / 'results.jsonl'}")
+            self.console.print(f"results: {self.out / 'results.jsonl'}", markup=False)
             ran = 0
             interrupted = False
             try:
@@ -362,7 +363,7 @@ class EvalRun:
                 for bench in self.benchmarks:
                     results = [r for r in by_bench[bench.name].values()
                                if not (self.settings.retry_failed and r.status != "scored")]
-                    tasks[bench.name] = progress.add_task(bench.name, total=len(bench.items),
+                    tasks[bench.name] = progress.add_task(escape(bench.name), total=len(bench.items),
                                                           completed=len(results), stats=_progress_text(results))
 
                 async def one(item: BenchmarkItem, scorer_name: str) -> None:
@@ -434,12 +435,12 @@ def render_summaries(console: Console, summaries: dict[str, BenchSummary]) -> No
         failed = str(s.infra_failed) + (f" +{s.pending} not run" if s.pending else "")
         row = [name, _pct(s.accuracy), ci, _pct(s.accuracy_all), str(s.scored), str(s.correct), failed]
         row += [_pct(s.mean_f1)] * any_f1 + [_pct(s.judge_accuracy)] * any_judge
-        scores.add_row(*row)
+        scores.add_row(*(escape(cell) for cell in row))
         tools = ", ".join(f"{k} {v}" for k, v in s.tool_calls.items()) or "-"
         if s.invalid_tool_turns:
             tools += f" (invalid {s.invalid_tool_turns})"
         speed = s.this_run
-        costs.add_row(name, "-" if s.mean_turns is None else f"{s.mean_turns:.2f}", tools,
+        costs.add_row(escape(name), "-" if s.mean_turns is None else f"{s.mean_turns:.2f}", escape(tools),
                       f"{s.prompt_tokens}/{s.completion_tokens}",
                       f"{speed.wall_seconds:.1f}" if speed.items else "-",
                       f"{speed.items_per_minute:.2f}" if speed.items_per_minute else "-")
@@ -449,7 +450,8 @@ def render_summaries(console: Console, summaries: dict[str, BenchSummary]) -> No
     if failures:
         reasons = Counter(kind for s in summaries.values() for kind, n in s.failure_reasons.items()
                           for _ in range(n))
-        console.print(f"[bold red]{len(failures)} items failed[/] ({', '.join(f'{k}: {v}' for k, v in reasons.items())}"
+        shown = escape(", ".join(f"{k}: {v}" for k, v in reasons.items()))
+        console.print(f"[bold red]{len(failures)} items failed[/] ({shown}"
                       "); not counted in accuracy, re-run them with --retry-failed:")
         for item, reason in failures[:20]:
             console.print(f"  {item}: {reason[:200]}", highlight=False, markup=False)

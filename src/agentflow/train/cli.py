@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from agentflow.errors import AgentFlowError
 
@@ -29,7 +30,7 @@ def _config_fields_help() -> str:
             default = "" if field.is_required() else f" [default: {field.get_default(call_default_factory=False)}]"
             if field.default_factory is not None:
                 default = ""
-            lines.append(f"- {prefix}{name}: {field.description or ''}{default}")
+            lines.append(escape(f"- {prefix}{name}: {field.description or ''}{default}"))
     return "\n\n".join(lines)
 
 
@@ -48,8 +49,8 @@ def train(
     = False,
     algorithm: Annotated[str | None, typer.Option("--algorithm", help="grpo | sft | frozen (overrides config).")]
     = None,
-    backend: Annotated[str, typer.Option("--backend", help="local: this machine (torch); verl: hand training "
-                                         "to verl (Ray, FSDP, vLLM/SGLang; pip install '.[verl]').")] = "local",
+    backend: Annotated[str, typer.Option("--backend", help="local: this machine (torch); verl: hand training to "
+                                         "verl (Ray, FSDP, vLLM/SGLang; pip install 'agentflow\\[verl]').")] = "local",
     print_config: Annotated[bool, typer.Option("--print-config", help="With --backend verl: print the full verl "
                                                "configuration it would run, and exit (no GPU needed).")] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log progress details.")] = False,
@@ -64,7 +65,7 @@ def train(
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if backend not in ("local", "verl"):
-        err_console.print(f"[bold red]error:[/] --backend must be local or verl, not {backend!r}")
+        err_console.print(f"[bold red]error:[/] --backend must be local or verl, not {escape(repr(backend))}")
         raise typer.Exit(2)
     if print_config and backend != "verl":
         err_console.print("[bold red]error:[/] --print-config goes with --backend verl")
@@ -76,7 +77,7 @@ def train(
             train_on_verl(config, print_config=print_config, out=out, max_steps=max_steps, algorithm=algorithm,
                           resume=resume, console=console)
         except AgentFlowError as err:
-            err_console.print(f"[bold red]error:[/] {err}")
+            err_console.print(f"[bold red]error:[/] {escape(str(err))}")
             raise typer.Exit(2) from None
         return
     from agentflow.train.config import TrainConfig
@@ -91,10 +92,10 @@ def train(
         if out is not None:
             cfg = cfg.model_copy(update={"output_dir": str(out)})
         console.print(f"[bold]agentflow train[/bold] algorithm={cfg.algorithm} steps={cfg.max_steps} "
-                      f"B={cfg.batch_size} G={cfg.group_size} -> {cfg.output_dir}")
+                      f"B={cfg.batch_size} G={cfg.group_size} -> {escape(str(cfg.output_dir))}")
         final = Trainer(cfg, console=console).run(resume=resume)
     except AgentFlowError as err:
-        err_console.print(f"[bold red]error:[/] {err}")
+        err_console.print(f"[bold red]error:[/] {escape(str(err))}")
         raise typer.Exit(2) from None
     if "eval/accuracy_all" in final:
         console.print(f"held-out accuracy: {final['eval/accuracy_all']:.3f} "
@@ -112,9 +113,9 @@ def plot(
     try:
         path = plot_run(run_dir, out)
     except FileNotFoundError as err:
-        err_console.print(f"[bold red]error:[/] {err}")
+        err_console.print(f"[bold red]error:[/] {escape(str(err))}")
         raise typer.Exit(2) from None
-    console.print(f"wrote {path}")
+    console.print(f"wrote {escape(str(path))}")
 
 
 if __name__ == "__main__":

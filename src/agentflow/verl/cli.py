@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from agentflow.errors import AgentFlowError
 
@@ -45,7 +46,7 @@ def print_config_command(
     try:
         train_on_verl(config, print_config=True, console=console)
     except AgentFlowError as err:
-        err_console.print(f"[bold red]error:[/] {err}")
+        err_console.print(f"[bold red]error:[/] {escape(str(err))}")
         raise typer.Exit(2) from None
 
 
@@ -60,9 +61,9 @@ def convert_command(
     try:
         converted = convert_checkpoint(checkpoint, out)
     except AgentFlowError as err:
-        err_console.print(f"[bold red]error:[/] {err}")
+        err_console.print(f"[bold red]error:[/] {escape(str(err))}")
         raise typer.Exit(2) from None
-    console.print(f"converted {converted.source} -> {converted.model_dir}")
+    console.print(f"converted {converted.source} -> {converted.model_dir}", markup=False)
     settings = ", ".join(f"{k}: {v}" for k, v in converted.engine_config().model_dump(exclude_defaults=True).items())
     console.print("use it as the planner's engine:", markup=False)
     console.print(f"  engines: {{planner: {{kind: transformers, {settings}}}}}", markup=False)

@@ -104,7 +104,7 @@ def _merge_fsdp_shards(actor: Path, out: Path) -> None:
         from verl.model_merger.fsdp_model_merger import FSDPModelMerger
     except ImportError:
         raise ConfigError(
-            f"merging FSDP shards needs verl (pip install '.[verl]'), or run on the training machine: "
+            f"merging FSDP shards needs verl (pip install 'agentflow[verl]'), or run on the training machine: "
             f"python -m verl.model_merger merge --backend fsdp --local_dir {actor} --target_dir {out}") from None
     config = ModelMergerConfig(operation="merge", backend="fsdp", local_dir=str(actor), target_dir=str(out),
                                hf_model_config_path=str(actor / "huggingface"))

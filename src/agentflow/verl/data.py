@@ -58,7 +58,7 @@ def write_parquet(questions: list[Question], path: str | Path) -> Path:
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise ConfigError("writing verl's parquet data needs pyarrow: pip install '.[verl]'") from None
+        raise ConfigError("writing verl's parquet data needs pyarrow: pip install 'agentflow[verl]'") from None
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     table = pa.Table.from_pylist([verl_record(q, i) for i, q in enumerate(questions)])

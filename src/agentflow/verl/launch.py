@@ -54,7 +54,7 @@ def _verl_config_dir() -> Path:
     try:
         import verl
     except ImportError:
-        raise ConfigError("the verl backend needs verl: pip install '.[verl]' (see docs/verl.md)") from None
+        raise ConfigError("the verl backend needs verl: pip install 'agentflow[verl]' (see docs/verl.md)") from None
     return Path(verl.__file__).parent / "trainer" / "config"
 
 
@@ -89,7 +89,7 @@ def render_config(path: str | Path | None, *, resume: bool = False, **overrides:
             raise
         mapped = verl_overrides(cfg, train_files=str(train_file), val_files=str(eval_file), resume=resume)
         return ("# verl is not installed: these are the settings agentflow maps onto verl's ppo_trainer config;\n"
-                "# install the extra (pip install '.[verl]') to print verl's full configuration.\n"
+                "# install the extra (pip install 'agentflow[verl]') to print verl's full configuration.\n"
                 + yaml.safe_dump(_nest(mapped), sort_keys=False)
                 + yaml.safe_dump({"agentflow": agentflow_section(cfg)}, sort_keys=False))
     from omegaconf import OmegaConf

@@ -1,0 +1,95 @@
+"""`agentflow view`: the server as a user starts it, the export, and the errors."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from agentflow import cli
+from agentflow.view.api import ViewApp
+from agentflow.view.cli import browser_available
+from tests.view.builders import eval_run, right_on_france, right_on_hamlet, train_run
+
+runner = CliRunner()
+
+
+def test_serves_on_loopback_prints_the_url_and_stops_on_ctrl_c(tmp_path: Path) -> None:
+    run = eval_run(tmp_path / "run", right_on_france)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    env.pop("DISPLAY", None)
+    process = subprocess.Popen([sys.executable, "-c", "from agentflow.cli import app; app()", "view", str(run)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        url = None
+        for _ in range(5):
+            line = process.stdout.readline()
+            match = re.match(r"(http://127\.0\.0\.1:\d+/)#/run/0$", line.strip())
+            if match:
+                url = match.group(1)
+                break
+        assert url, process.stderr.read() if process.poll() is not None else "no URL printed"
+        with urllib.request.urlopen(url + "api/") as response:
+            assert json.load(response)["home"] == "/run/0"
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_export_writes_one_self_contained_file(tmp_path: Path) -> None:
+    a, b = eval_run(tmp_path / "a", right_on_france), eval_run(tmp_path / "b", right_on_hamlet)
+    trained = train_run(tmp_path / "train", new_format=True)
+    out = tmp_path / "share" / "report.html"
+    result = runner.invoke(cli.app, ["view", str(a), str(b), str(trained), "--export", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "wrote" in result.output and out.is_file()
+    html = out.read_text()
+    assert not re.search(r"""(src|href)=["']?(https?:|//|/static)""", html)   # nothing to fetch
+    importmap = json.loads(re.search(r'<script type="importmap">(.*?)</script>', html, re.S).group(1))
+    assert importmap["imports"] and all(v.startswith("data:text/javascript;base64,")
+                                        for v in importmap["imports"].values())
+    assert "Content-Security-Policy" in html
+    bundle = json.loads(re.search(r'<script type="application/json" id="af-data">(.*?)</script>', html, re.S)
+                        .group(1))
+    app = ViewApp([a, b, trained])
+    assert set(bundle) == set(app.routes())
+    answer = json.loads(gzip.decompress(base64.b64decode(bundle["/compare/0/1"])))
+    assert answer == json.loads(json.dumps(app.get("/compare/0/1")))
+
+
+def test_export_escapes_everything_that_could_close_its_script(tmp_path: Path) -> None:
+    questions = [{"pid": "</script><script>alert(1)</script>", "question": "</script>?", "answer": "x"}]
+    run = eval_run(tmp_path / "run", right_on_france, questions=questions)
+    out = tmp_path / "r.html"
+    assert runner.invoke(cli.app, ["view", str(run), "--export", str(out)]).exit_code == 0
+    html = out.read_text()
+    assert html.count("</script>") == html.count("<script")           # only the page's own script elements
+
+
+def test_errors(tmp_path: Path) -> None:
+    result = runner.invoke(cli.app, ["view", str(tmp_path / "missing")])
+    assert result.exit_code == 2 and "does not exist" in result.output
+    busy = eval_run(tmp_path / "run", right_on_france)
+    result = runner.invoke(cli.app, ["view", str(busy), "--host", "256.1.1.1", "--no-open"])
+    assert result.exit_code == 2 and "cannot listen" in result.output
+
+
+def test_no_browser_is_opened_on_a_headless_machine(monkeypatch) -> None:
+    monkeypatch.setattr(sys, "platform", "linux")
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "BROWSER"):
+        monkeypatch.delenv(name, raising=False)
+    assert not browser_available()
+    monkeypatch.setenv("BROWSER", "firefox")
+    assert browser_available()
