@@ -60,29 +60,29 @@ def _no_constant(name: str) -> Any:
 
 
 _DECODER = json.JSONDecoder(parse_float=_finite_float, parse_constant=_no_constant)
-_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[{}\[\]]|"', re.DOTALL)
-"""A JSON string, a bracket, or a quote that opens a string never closed."""
+_NEXT_BRACKET = re.compile(r'(?:"[^"\\]*(?:\\.[^"\\]*)*"|[^"{}\[\]]+)*([{}\[\]"]|\Z)', re.DOTALL)
+"""Skips strings and other text to the next bracket; a quote there opens a string never closed. The loop cannot
+backtrack: wherever it stops, the group after it matches."""
 _CLOSER = {"{": "}", "[": "]"}
 
 
 def _object_end(text: str, start: int) -> tuple[int | None, int]:
     """Where the `{` at `start` is closed (None: never, wrongly, or past `MAX_JSON_DEPTH`), and how far it read."""
     expected: list[str] = []
-    for token in _TOKEN.finditer(text, start):
-        char = token.group()
+    pos = start
+    while True:
+        found = _NEXT_BRACKET.match(text, pos)
+        char, pos = found.group(1), found.end()  # type: ignore[union-attr]  (the pattern matches everywhere)
         if char in _CLOSER:
             if len(expected) == MAX_JSON_DEPTH:
-                return None, token.end()
+                return None, pos
             expected.append(_CLOSER[char])
-        elif char == '"':
+        elif char in ("", '"'):
             return None, len(text)
-        elif char[0] == '"':
-            continue
         elif expected.pop() != char:
-            return None, token.end()
+            return None, pos
         elif not expected:
-            return token.end(), token.end()
-    return None, len(text)
+            return pos, pos
 
 
 def first_json_object(text: str) -> dict[str, Any] | None:
