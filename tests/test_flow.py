@@ -274,3 +274,46 @@ async def test_shuffle_tools_orders_the_menu_by_question_variant_and_turn():
     assert len({order[0] for order in shuffled}) >= 3  # and different tools first
     assert await menus(True, range(12)) == shuffled  # fixed by (question, variant, turn): evaluations repeat
     assert await menus(True, range(12), question="another q") != shuffled
+
+
+# -- hostile replies (issue 11): each of these left a trajectory that could not be saved, or flooded prompts --
+
+def saved_and_reloaded(traj: Trajectory, tmp_path) -> Trajectory:
+    traj.write(tmp_path / "t.json")
+    return Trajectory.model_validate_json((tmp_path / "t.json").read_text(encoding="utf-8"))
+
+
+async def test_lone_surrogates_in_replies_leave_a_trajectory_that_saves(make_flow, tmp_path):
+    # half an emoji as raw text, and as the JSON escape a model cut off by max_tokens writes
+    engine = role_engine(analysis=["needs \ud83d"], planner=['{"tool_name": "echo", "sub_goal": "find \\ud83d"}'],
+                         executor=['{"query": "x \ud83d"}'], verifier=[STOP], generator=["<answer>\ude00</answer>"])
+    traj = await make_flow(engine).asolve("q \udcff")  # argv's undecodable bytes arrive as lone surrogates
+    reloaded = saved_and_reloaded(traj, tmp_path)
+    assert reloaded == traj
+    assert (traj.question, traj.turns[0].sub_goal, traj.answer) == ("q \ufffd", "find \ufffd", "\ufffd")
+    assert traj.turns[0].tool_call.output == "echo: x \ufffd"
+
+
+async def test_arguments_nested_past_the_serialisers_depth_are_not_taken(make_flow, tmp_path):
+    nested = '{"query": ' + "[" * 300 + '"x"' + "]" * 300 + "}"  # parsed, then not writable
+    # no sub-goal to fall back on: the arguments as parsed used to stay in the record
+    engine = role_engine(planner=[plan("echo", "")], executor=[nested], verifier=[STOP],
+                         generator=["<answer>a</answer>"])
+    traj = await make_flow(engine).asolve("q")
+    assert saved_and_reloaded(traj, tmp_path) == traj
+    assert traj.turns[0].tool_call.arguments == {}
+    assert [f.kind for f in traj.failures] == ["tool_input"]
+
+
+async def test_a_huge_reply_is_kept_whole_but_bounded_in_every_later_prompt(make_flow, tmp_path):
+    huge = "x" * 100_000
+    engine = role_engine(analysis=[huge], planner=[plan("echo", huge), plan("nonexistent_" + huge)],
+                         executor=[json.dumps({"query": huge})], verifier=[CONTINUE],
+                         generator=["<answer>a</answer>"])
+    traj = await make_flow(engine, max_turns=3).asolve("q")
+    assert len(traj.query_analysis) == 100_000 and len(traj.turns[0].sub_goal) == 100_000
+    assert len(traj.turns[0].tool_call.output) > 100_000
+    prompts = [m["content"] for call in [traj.generator] + [c for t in traj.turns for c in (t.planner, t.verifier)]
+               for m in call.messages]
+    assert max(map(len, prompts)) < 12_000
+    assert saved_and_reloaded(traj, tmp_path) == traj

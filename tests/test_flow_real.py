@@ -48,3 +48,20 @@ async def test_flow_against_a_real_llamacpp_openai_compatible_server():
         assert trajectory.turns[0].planner.json_schema  # structured output sent over HTTP
     finally:
         server.stop()
+
+
+async def test_replies_cut_off_by_max_tokens_leave_a_trajectory_that_saves(tmp_path):
+    """The bundled model with a few tokens per role: JSON cut mid-string, answers cut mid-emoji; still a record."""
+    from agentflow.trajectory import Trajectory
+
+    roles = {role: {"sampling": {"max_tokens": tokens, "temperature": 1.0, "seed": 7}}
+             for role, tokens in {"planner": 6, "executor": 5, "verifier": 3, "generator": 4, "tools": 4}.items()}
+    config = FlowConfig.from_dict({"engines": {"default": {"kind": "llamacpp", "n_threads": 1}}, "roles": roles,
+                                   "limits": {"max_turns": 2, "max_seconds": 120},
+                                   "tools": {"python": {}, "wikipedia_search": {}}})
+    async with Flow.from_config(config) as flow:
+        traj = await flow.asolve("Reply with three emoji 😀🎉🚀, then say who painted \udcffthe Mona Lisa?")
+    assert traj.turns and traj.generator is not None and traj.infrastructure_failure is None
+    assert "\ufffd" in traj.question  # the undecodable byte, cleaned
+    traj.write(tmp_path / "t.json")
+    assert Trajectory.model_validate_json((tmp_path / "t.json").read_text(encoding="utf-8")) == traj

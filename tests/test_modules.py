@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -43,7 +44,7 @@ def test_memory_renders_newest_steps_within_budget():
     memory = FlowMemory(question="q")
     for i in range(1, 11):
         memory.add(MemoryEntry(turn=i, sub_goal=f"goal {i}", tool="python", result="x" * 400))
-    text = memory.render(token_budget=300, result_chars=200)
+    text = memory.render(token_budget=300, result_chars=200, text_chars=200)
     assert "Step 10" in text and "Step 1:" not in text
     assert text.startswith("[") and "earlier step(s) omitted" in text
     assert "[truncated 200 chars]" in text
@@ -53,7 +54,7 @@ def test_memory_renders_newest_steps_within_budget():
 def test_memory_shows_errors_and_always_the_newest_step():
     memory = FlowMemory(question="q")
     memory.add(MemoryEntry(turn=1, sub_goal="g", tool="python", error="ZeroDivisionError"))
-    assert "error: ZeroDivisionError" in memory.render(token_budget=1, result_chars=100)
+    assert "error: ZeroDivisionError" in memory.render(token_budget=1, result_chars=100, text_chars=100)
 
 
 def test_executor_sees_the_tools_worked_examples_as_prior_exchanges():
@@ -61,7 +62,8 @@ def test_executor_sees_the_tools_worked_examples_as_prior_exchanges():
     from agentflow.tools.base import create_tool
 
     tool = create_tool("wikipedia_search", {})
-    messages = executor_messages(question="What nationality was Chopin?", context="", sub_goal="find it", tool=tool)
+    messages = executor_messages(question="What nationality was Chopin?", context="", sub_goal="find it", tool=tool,
+                                 text_chars=2000)
     assert [m["role"] for m in messages] == ["system"] + ["user", "assistant"] * len(tool.examples) + ["user"]
     for example, answer in zip(tool.examples, messages[2:-1:2], strict=True):
         assert json.loads(answer["content"]) == example.input
@@ -78,3 +80,40 @@ def test_every_worked_example_is_a_valid_executor_reply(name):
         tool.parse_input(example.input)
         assert set(example.input) <= set(tool.executor_schema()["properties"])
     assert tool.card()["examples"] == [e.model_dump() for e in tool.examples]
+
+
+# -- hostile replies (issue 11): each of these raised, blocked or flooded the prompts before ----------------
+
+@pytest.mark.parametrize("text", ["[" * 100_000, '{"conclusion": ' * 5000, "1" * 5000, '{"conclusion": NaN}'])
+def test_verdict_of_a_hostile_reply_is_an_unparsed_continue(text):
+    assert parse_verdict(text) == ("CONTINUE", False)  # was RecursionError / ValueError out of json.loads
+
+
+def test_arguments_nested_too_deep_for_the_record_are_no_arguments():
+    from agentflow.executor import parse_arguments
+
+    assert parse_arguments('{"query": ' + "[" * 300 + "1" + "]" * 300 + "}") is None  # parsed, then unwritable
+    assert parse_arguments('{"query": ' + "7" * 5000 + "}") is None  # was ValueError
+
+
+def test_repeated_answer_tags_are_parsed_in_linear_time():
+    start = time.perf_counter()
+    assert extract_answer("<answer>" * 20_000 + "x") == "<answer>" * 19_999 + "x"
+    assert time.perf_counter() - start < 2.0  # was ~30 s: the lazy pattern rescanned from every tag
+
+
+def test_memory_cuts_a_huge_sub_goal_and_tool_name_in_prompts_but_keeps_them():
+    memory = FlowMemory(question="q")
+    memory.add(MemoryEntry(turn=1, sub_goal="g" * 100_000, tool="t" * 100_000, result="r"))
+    text = memory.render(token_budget=768, result_chars=600, text_chars=2000)
+    assert len(text) < 5000 and "[truncated 98000 chars]" in text
+    assert len(memory.entries[0].sub_goal) == 100_000
+
+
+def test_executor_prompt_cuts_the_planners_text():
+    from agentflow.executor import executor_messages
+    from agentflow.tools.base import create_tool
+
+    messages = executor_messages(question="q", context="c" * 100_000, sub_goal="g" * 100_000,
+                                 tool=create_tool("wikipedia_search", {}), text_chars=500)
+    assert len(messages[-1]["content"]) < 3000

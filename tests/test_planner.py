@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from agentflow.planner import match_tool, parse_planner_reply, planner_messages, planner_schema
@@ -59,3 +61,32 @@ def test_schema_puts_the_tool_first_so_a_cut_off_reply_still_names_one():
     assert list(schema["properties"])[0] == "tool_name"
     step = parse_planner_reply('{"tool_name": "python", "context": "a long context that was cut o', TOOLS)
     assert step.tool_name == "python"
+
+
+# -- hostile replies (issue 11): each of these raised or blocked before ------------------------------------
+
+def test_json_nested_past_the_recursion_limit_is_no_object_not_a_crash():
+    assert parse_planner_reply('{"a":' * 5000, TOOLS).tool_name is None  # was RecursionError
+
+
+def test_an_integer_past_the_conversion_limit_leaves_the_other_fields():
+    step = parse_planner_reply('{"tool_name": "python", "sub_goal": ' + "1" * 5000 + "}", TOOLS)  # was ValueError
+    assert step.tool_name == "python"
+
+
+def test_a_lone_surrogate_escape_is_decoded_to_a_replacement_character():
+    step = parse_planner_reply('{"tool_name": "python", "sub_goal": "add \\ud83d"}', TOOLS)
+    assert step.sub_goal == "add \ufffd"  # was "add \ud83d", which no trajectory could be written with
+    step.model_dump_json()
+
+
+@pytest.mark.parametrize("run", ["\n", " \n"])
+def test_a_long_run_of_newlines_is_parsed_in_linear_time(run):
+    start = time.perf_counter()
+    assert parse_planner_reply(run * 20_000 + "x", TOOLS).tool_name is None
+    assert time.perf_counter() - start < 2.0  # was 30-60 s: every line start rescanned the rest
+
+
+def test_key_value_lines_still_allow_markup_around_the_key():
+    step = parse_planner_reply("**Tool:** python\n- *Sub-goal*: add 2 and 3", TOOLS)
+    assert (step.tool_name, step.sub_goal) == ("python", "add 2 and 3")

@@ -115,6 +115,9 @@ class LimitsConfig(_Strict):
     tool_timeout_s: float = Field(30.0, gt=0, description="Wall-clock budget of one tool call.")
     memory_tokens: int = Field(768, ge=64, description="Token budget of memory rendered into a prompt.")
     result_chars: int = Field(600, ge=50, description="Characters of a tool result kept in rendered memory.")
+    text_chars: int = Field(
+        2000, ge=50, description="Characters of one model-written text (query analysis, sub-goal, context, tool "
+        "name) shown in a later prompt; the trajectory keeps it whole.")
 
 
 def _default_engines() -> dict[str, Any]:

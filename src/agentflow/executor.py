@@ -11,7 +11,8 @@ import json
 from typing import Any
 
 from agentflow.engines.base import Message
-from agentflow.planner import _first_json_object
+from agentflow.memory import truncate
+from agentflow.textsafe import first_json_object
 from agentflow.tools.base import Tool
 
 EXECUTOR_SYSTEM = (
@@ -20,8 +21,11 @@ EXECUTOR_SYSTEM = (
 )
 
 
-def executor_messages(*, question: str, context: str, sub_goal: str, tool: Tool) -> list[Message]:
-    """The executor's prompt; the tool's worked examples, if any, come first as prior exchanges."""
+def executor_messages(*, question: str, context: str, sub_goal: str, tool: Tool,
+                      text_chars: int) -> list[Message]:
+    """The executor's prompt; the tool's worked examples, if any, come first as prior exchanges.
+
+    The planner's context and sub-goal are cut to `text_chars` (`limits.text_chars`)."""
     card = tool.card()
     schema = json.dumps(card["input_schema"].get("properties", {}), ensure_ascii=False)
 
@@ -41,7 +45,8 @@ def executor_messages(*, question: str, context: str, sub_goal: str, tool: Tool)
     for example in tool.examples:
         messages += [{"role": "user", "content": task(example.question, "", example.sub_goal)},
                      {"role": "assistant", "content": json.dumps(example.input, ensure_ascii=False)}]
-    messages.append({"role": "user", "content": task(question, context, sub_goal)})
+    messages.append({"role": "user", "content": task(question, truncate(context, text_chars),
+                                                      truncate(sub_goal, text_chars))})
     return messages
 
 
@@ -57,5 +62,5 @@ def fallback_field(tool: Tool) -> str | None:
 
 
 def parse_arguments(text: str) -> dict[str, Any] | None:
-    """The first JSON object in the reply, or None."""
-    return _first_json_object(text)
+    """The first JSON object in the reply, or None (see `first_json_object` for what is not taken)."""
+    return first_json_object(text)

@@ -30,6 +30,7 @@ from agentflow.executor import executor_messages, fallback_field, parse_argument
 from agentflow.generator import extract_answer, generator_messages
 from agentflow.memory import FlowMemory, MemoryEntry, truncate
 from agentflow.planner import analysis_messages, parse_planner_reply, planner_messages, planner_schema
+from agentflow.textsafe import clean_text
 from agentflow.tools.base import Tool, ToolContext, create_tool
 from agentflow.trajectory import Failure, LLMCall, ToolCall, Trajectory, Turn
 from agentflow.verifier import VERIFIER_SCHEMA, parse_verdict, verifier_messages
@@ -165,7 +166,7 @@ class Flow:
         it picks the tool-menu order, which is otherwise fixed by the question, so evaluations repeat.
         Raises ValueError for an empty question and ConfigError when a tool is not set up.
         """
-        question = question.strip()
+        question = clean_text(question).strip()  # argv's undecodable bytes arrive as lone surrogates
         if not question:
             raise ValueError("the question is empty")
         await self.check()
@@ -233,7 +234,8 @@ class Flow:
             traj.analysis = await self._call("planner", analysis_messages(traj.question,
                                                                           self._tool_descriptions(traj, 0)),
                                              stage="analysis")
-            memory.query_analysis = traj.query_analysis = traj.analysis.text.strip()
+            traj.query_analysis = traj.analysis.text.strip()
+            memory.query_analysis = truncate(traj.query_analysis, limits.text_chars)
             emit("analysis", {"text": memory.query_analysis})
         for index in range(1, limits.max_turns + 1):
             turn = Turn(index=index)
@@ -250,7 +252,8 @@ class Flow:
 
     def _render(self, memory: FlowMemory) -> str:
         limits = self.config.limits
-        return memory.render(token_budget=limits.memory_tokens, result_chars=limits.result_chars)
+        return memory.render(token_budget=limits.memory_tokens, result_chars=limits.result_chars,
+                             text_chars=limits.text_chars)
 
     async def _turn(self, turn: Turn, traj: Trajectory, memory: FlowMemory, emit: EventHandler) -> None:
         limits = self.config.limits
@@ -295,7 +298,8 @@ class Flow:
         else:
             turn.executor = await self._call(
                 "executor",
-                executor_messages(question=traj.question, context=turn.context, sub_goal=turn.sub_goal, tool=tool),
+                executor_messages(question=traj.question, context=turn.context, sub_goal=turn.sub_goal, tool=tool,
+                                  text_chars=self.config.limits.text_chars),
                 stage="executor", json_schema=tool.executor_schema())
             arguments = parse_arguments(turn.executor.text)
         call = ToolCall(tool=tool_name, arguments=arguments or {})

@@ -11,8 +11,8 @@ GENERATOR_SYSTEM = (
     "Put the final answer inside <answer></answer> tags."
 )
 
-_ANSWER = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
-_OPEN_ANSWER = re.compile(r"<answer>(.*)$", re.IGNORECASE | re.DOTALL)
+_TAG = re.compile(r"<(/?)answer>", re.IGNORECASE)
+"""The tags alone: a lazy `<answer>(.*?)</answer>` rescanned the rest of the reply from every unclosed tag."""
 
 
 def generator_messages(*, question: str, analysis: str, memory: str) -> list[Message]:
@@ -25,10 +25,17 @@ def generator_messages(*, question: str, analysis: str, memory: str) -> list[Mes
 
 def extract_answer(text: str) -> str:
     """The last <answer>…</answer> span; an unclosed <answer> takes the rest; else the whole reply, stripped."""
-    closed = _ANSWER.findall(text)
-    if closed:
-        return closed[-1].strip()
-    unclosed = _OPEN_ANSWER.search(text)
-    if unclosed:
-        return unclosed.group(1).strip()
+    first_open: int | None = None
+    open_at: int | None = None
+    last_span: tuple[int, int] | None = None
+    for tag in _TAG.finditer(text):
+        if not tag.group(1):  # an <answer> inside an open span belongs to that span's text
+            open_at = tag.end() if open_at is None else open_at
+            first_open = tag.end() if first_open is None else first_open
+        elif open_at is not None:
+            last_span, open_at = (open_at, tag.start()), None
+    if last_span is not None:
+        return text[last_span[0]:last_span[1]].strip()
+    if first_open is not None:
+        return text[first_open:].strip()
     return text.strip()

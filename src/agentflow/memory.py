@@ -1,8 +1,9 @@
 """Typed, per-question memory shared by the four modules.
 
 One `FlowMemory` per question (never shared between questions). It keeps the full record of every step and
-renders a bounded view into prompts: newest steps first within a token budget, tool results truncated with a
-marker.
+renders a bounded view into prompts: newest steps first within a token budget, tool results and model-written
+text (sub-goal, tool name) truncated with a marker, so no reply or tool output, however long, is copied whole
+into later prompts.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ class MemoryEntry(BaseModel):
     error: str | None = None
     verdict: str | None = None
 
-    def render(self, result_chars: int) -> str:
-        lines = [f"Step {self.turn}: tool={self.tool or 'none'}; sub-goal: {self.sub_goal}"]
+    def render(self, result_chars: int, text_chars: int) -> str:
+        lines = [f"Step {self.turn}: tool={truncate(self.tool or 'none', text_chars)}; "
+                 f"sub-goal: {truncate(self.sub_goal, text_chars)}"]
         if self.arguments:
             lines.append(f"  input: {truncate(json.dumps(self.arguments, ensure_ascii=False), result_chars // 2)}")
         if self.error:
@@ -58,15 +60,17 @@ class FlowMemory(BaseModel):
     def add(self, entry: MemoryEntry) -> None:
         self.entries.append(entry)
 
-    def render(self, *, token_budget: int, result_chars: int,
+    def render(self, *, token_budget: int, result_chars: int, text_chars: int,
                count_tokens: Callable[[str], int] = approx_tokens) -> str:
-        """Render the newest entries that fit in `token_budget`; older ones are summarised as omitted."""
+        """Render the newest entries that fit in `token_budget`; older ones are summarised as omitted.
+
+        The newest entry is always shown; `result_chars` and `text_chars` bound its size."""
         if not self.entries:
             return "(no steps yet)"
         kept: list[str] = []
         used = 0
         for entry in reversed(self.entries):
-            text = entry.render(result_chars)
+            text = entry.render(result_chars, text_chars)
             cost = count_tokens(text)
             if kept and used + cost > token_budget:
                 break

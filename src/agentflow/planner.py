@@ -7,13 +7,13 @@ free-form replies). A reply naming no valid tool is still a recorded turn.
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from pydantic import BaseModel
 
 from agentflow.engines.base import Message
+from agentflow.textsafe import first_json_object
 
 ANALYSIS_SYSTEM = "You analyse questions for an assistant that can use tools. Be brief."
 PLANNER_SYSTEM = (
@@ -103,23 +103,12 @@ def match_tool(raw: str, tool_names: list[str]) -> str | None:
     return contained.pop() if len(contained) == 1 else None
 
 
-def _first_json_object(text: str) -> dict[str, Any] | None:
-    decoder = json.JSONDecoder()
-    for start in (m.start() for m in re.finditer(r"\{", text)):
-        try:
-            value, _ = decoder.raw_decode(text[start:])
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
-
-
 _FIELD_PATTERNS = {
-    # "key": "value" in JSON (value may be cut off by max_tokens), or "Key: value" lines.
+    # "key": "value" in JSON (value may be cut off by max_tokens), or "Key: value" lines. The line pattern's
+    # padding must not cross a newline: `\W*` did, and every line of a run of newlines rescanned the rest.
     field: [
         re.compile(rf'"{pattern}"\s*:\s*"((?:[^"\\]|\\.)*)', re.IGNORECASE),
-        re.compile(rf"^\W*{pattern}\W*:\s*(.+)$", re.IGNORECASE | re.MULTILINE),
+        re.compile(rf"^[^\w\n]*{pattern}[^\w\n]*:\s*(.+)$", re.IGNORECASE | re.MULTILINE),
     ]
     for field, pattern in {
         "context": r"context",
@@ -132,7 +121,7 @@ _FIELD_PATTERNS = {
 def parse_planner_reply(text: str, tool_names: list[str]) -> PlannerStep:
     """Parse a planner reply: JSON first, then `key: value` fields, then any single tool name in the text."""
     fields: dict[str, str] = {}
-    obj = _first_json_object(text)
+    obj = first_json_object(text)
     if obj is not None:
         for key, value in obj.items():
             canonical = _KEY_ALIASES.get(_norm(key)) or _KEY_ALIASES.get(key.lower())

@@ -12,6 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from agentflow.engines.base import Completion, Message, SamplingParams
+from agentflow.textsafe import model_json
 
 TRAJECTORY_FORMAT_VERSION = 1
 
@@ -124,5 +125,5 @@ class Trajectory(BaseModel):
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(self.model_dump_json(indent=2))
+        tmp.write_text(model_json(self, indent=2), encoding="utf-8")
         tmp.replace(path)

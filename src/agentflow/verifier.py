@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any, Literal
 
 from agentflow.engines.base import Message
+from agentflow.textsafe import first_json_object
 
 VERIFIER_SYSTEM = (
     "You check whether the steps so far give enough information to answer the question. "
@@ -35,13 +35,10 @@ def verifier_messages(*, question: str, analysis: str, memory: str) -> list[Mess
 
 def parse_verdict(text: str) -> tuple[Literal["STOP", "CONTINUE"], bool]:
     """Return (verdict, parsed). An unparseable reply is CONTINUE with parsed=False."""
-    try:
-        obj = json.loads(text)
-        conclusion = str(obj.get("conclusion", "")).strip().upper() if isinstance(obj, dict) else ""
-        if conclusion in ("STOP", "CONTINUE"):
-            return conclusion, True  # type: ignore[return-value]
-    except json.JSONDecodeError:
-        pass
+    obj = first_json_object(text)
+    conclusion = str(obj.get("conclusion", "")).strip().upper() if obj is not None else ""
+    if conclusion in ("STOP", "CONTINUE"):
+        return conclusion, True  # type: ignore[return-value]
     found = re.findall(r"\b(STOP|CONTINUE)\b", text.upper())
     if found:
         return found[-1], True  # type: ignore[return-value]

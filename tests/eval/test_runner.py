@@ -258,3 +258,34 @@ def test_a_second_writer_on_the_same_directory_is_refused(tmp_path: Path) -> Non
 
     asyncio.run(both())
     assert len(lines(tmp_path)) == 4
+
+
+def test_a_lone_surrogate_in_an_answer_is_recorded_not_a_crash(tmp_path: Path) -> None:
+    bench = write_bench(tmp_path / "capitals.json", 3, markers={1: "EMOJI"})
+    agent = FakeAgent(lambda q: "Paris \ud83d" if "EMOJI" in q else "Paris")  # half an emoji, cut by max_tokens
+    report, _ = run(tmp_path, bench, agent)
+    by_id = {r["id"]: r for r in lines(tmp_path)}
+    assert len(by_id) == 3 and by_id["capitals:1:1"]["prediction"] == "Paris \ufffd"
+    written = json.loads((tmp_path / "out" / by_id["capitals:1:1"]["trajectory"]).read_text(encoding="utf-8"))
+    assert written["answer"] == "Paris \ufffd"
+
+
+def test_an_item_failing_outside_the_agent_is_recorded_and_the_run_goes_on(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentflow.trajectory import Trajectory
+
+    write = Trajectory.write
+
+    def failing_write(self: Trajectory, path: Path) -> None:
+        if "NOWRITE" in self.question:
+            raise OSError("No space left on device")
+        write(self, path)
+
+    monkeypatch.setattr(Trajectory, "write", failing_write)
+    bench = write_bench(tmp_path / "capitals.json", 4, markers={2: "NOWRITE"})
+    report, _ = run(tmp_path, bench, paris_agent())
+    by_id = {r["id"]: r for r in lines(tmp_path)}
+    assert by_id["capitals:2:2"]["status"] == "infra_error"
+    assert by_id["capitals:2:2"]["error"] == {"kind": "internal_error", "stage": "eval",
+                                              "message": "OSError: No space left on device"}
+    assert report.summaries["capitals"].scored == 3

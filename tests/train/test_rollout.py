@@ -104,3 +104,35 @@ async def test_rows_need_token_ids_from_the_policy_engine():
                                concurrency=1)
     with pytest.raises(ValueError, match=r"trajectory 'q1#0' turn 1: .*no token ids"):
         batch.rows()
+
+
+class CrashingFlow:
+    """A flow with a bug of ours on one question: asolve raises instead of recording a failure."""
+
+    def __init__(self, inner: Flow, crash_on: str) -> None:
+        self.inner, self.crash_on = inner, crash_on
+
+    async def asolve(self, question: str, *, variant: int = 0):
+        if question == self.crash_on:
+            raise RuntimeError("bug in the flow")
+        return await self.inner.asolve(question, variant=variant)
+
+
+async def test_a_crash_of_ours_is_excluded_counted_and_logged_not_raised(caplog):
+    crashing = CrashingFlow(flow(lambda m: "<answer>Paris</answer>"), crash_on="Two plus two?")
+    with caplog.at_level("ERROR", logger="agentflow.train.rollout"):
+        batch = await run_rollouts(crashing, QUESTIONS, group_size=2, concurrency=2)  # type: ignore[arg-type]
+    assert [r.trajectory_id for r in batch.rollouts] == ["q1#0", "q1#1"]
+    assert [(r.trajectory_id, r.infrastructure.kind) for r in batch.excluded] == [("q2#0", "internal_error"),
+                                                                                  ("q2#1", "internal_error")]
+    assert batch.excluded[0].trajectory.failures[0].message == "RuntimeError: bug in the flow"
+    assert batch.metrics()["infrastructure_failures"] == 2 and batch.rewards().tolist() == [1.0, 1.0]
+    assert any(r.exc_info and "crashed" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_scorer_crash_is_excluded_never_a_reward():
+    unparseable_gold = Question("q3", "One plus one?", "two", "math")  # math-verify cannot parse the gold
+    batch = await run_rollouts(flow(lambda m: "<answer>2</answer>"), [unparseable_gold, QUESTIONS[0]],
+                               group_size=1, concurrency=1)
+    assert [r.trajectory_id for r in batch.excluded] == ["q3#0"] and len(batch.rollouts) == 1
+    assert batch.excluded[0].trajectory.answer == "2"  # the finished trajectory is kept

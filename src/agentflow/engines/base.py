@@ -9,9 +9,10 @@ import random
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agentflow.errors import EngineError
+from agentflow.textsafe import clean_text
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,11 @@ class Completion(BaseModel):
     prompt_token_ids: list[int] | None = None
     token_ids: list[int] | None = None
     logprobs: list[float] | None = Field(None, description="Log-prob of each sampled token under the sampler.")
+
+    @field_validator("text")
+    @classmethod
+    def _clean(cls, text: str) -> str:  # half an emoji cut off by max_tokens must not make the record unwritable
+        return clean_text(text)
 
 
 class Engine(abc.ABC):

@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
+from agentflow.textsafe import model_json
+
 log = logging.getLogger(__name__)
 
 RESULTS_FORMAT_VERSION = 1
@@ -116,7 +118,7 @@ class ResultsLog:
 
     def append(self, result: ItemResult) -> None:
         """Append one line and make it durable before returning."""
-        data = (result.model_dump_json() + "\n").encode()
+        data = (model_json(result) + "\n").encode()
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             view = memoryview(data)

@@ -369,7 +369,14 @@ class EvalRun:
                 async def one(item: BenchmarkItem, scorer_name: str) -> None:
                     nonlocal ran
                     async with semaphore:
-                        record = await self._solve_item(solver, item, scorer_name)
+                        start = time.monotonic()
+                        try:
+                            record = await self._solve_item(solver, item, scorer_name)
+                        except Exception as err:  # a bug of ours on one item (its trajectory, scorer, judge)
+                            log.exception("%s: failed outside the agent; recorded, the run goes on", item.id)
+                            record = _item_record(item, status="infra_error", seconds=time.monotonic() - start,
+                                                  error=ItemError(kind="internal_error", stage="eval",
+                                                                  message=f"{type(err).__name__}: {err}"[:1000]))
                     self.log.append(record)
                     self.live.ended(item.bench)
                     ran += 1

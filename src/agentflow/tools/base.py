@@ -11,10 +11,11 @@ import pkgutil
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentflow.engines.base import Completion, Message
 from agentflow.errors import ConfigError, ToolInputError, UnknownToolError
+from agentflow.textsafe import clean_text
 
 LLMCall = Callable[[list[Message]], Awaitable[Completion]]
 """How an LLM-backed tool asks its engine for text; the flow binds the engine and sampling settings."""
@@ -36,6 +37,11 @@ class ToolResult(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
     truncated: bool = False
     llm_calls: list[dict[str, Any]] = Field(default_factory=list, description="Prompts and replies of LLM calls.")
+
+    @field_validator("output")
+    @classmethod
+    def _clean(cls, output: str) -> str:  # the output goes into later prompts, which engines encode as UTF-8
+        return clean_text(output)
 
 
 class ToolExample(BaseModel):

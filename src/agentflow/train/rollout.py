@@ -138,14 +138,21 @@ async def run_rollouts(flow: Flow, questions: list[Question], *, group_size: int
     gate = asyncio.Semaphore(concurrency)
 
     async def one(question: Question, index: int) -> Rollout:
-        async with gate:
-            trajectory = await flow.asolve(question.question, variant=index)
-        failure = trajectory.infrastructure_failure
-        if failure is not None:
-            log.warning("question %s trajectory %d excluded: %s (%s)", question.id, index, failure.kind,
-                        failure.message)
-            return Rollout(question, index, trajectory, None, failure)
-        return Rollout(question, index, trajectory, score_trajectory(question, trajectory))
+        trajectory = Trajectory(question=question.question, variant=index, stop_reason="error")
+        try:
+            async with gate:
+                trajectory = await flow.asolve(question.question, variant=index)
+            failure = trajectory.infrastructure_failure
+            if failure is None:
+                return Rollout(question, index, trajectory, score_trajectory(question, trajectory))
+        except Exception as err:  # a bug of ours (flow, scorer) says nothing about the policy: never a reward
+            log.exception("question %s trajectory %d crashed", question.id, index)
+            failure = Failure(stage="flow", kind="internal_error", infrastructure=True,
+                              message=f"{type(err).__name__}: {err}"[:1000])
+            trajectory.failures.append(failure)
+        log.warning("question %s trajectory %d excluded: %s (%s)", question.id, index, failure.kind,
+                    failure.message)
+        return Rollout(question, index, trajectory, None, failure)
 
     results = await asyncio.gather(*(one(q, i) for q in questions for i in range(group_size)))
     batch = RolloutBatch(rollouts=[r for r in results if r.infrastructure is None],

@@ -1,0 +1,118 @@
+"""Model-written text made safe to parse, to record and to show again, whatever the model wrote.
+
+- `clean_text`: a lone surrogate (half an emoji cut off by `max_tokens`, or a `\\ud83d` escape decoded from JSON)
+  becomes U+FFFD: UTF-8 cannot encode one, so a trajectory holding one could not be written.
+- `first_json_object`: the first JSON object in a reply, in time linear in the reply's length and never raising;
+  what it returns is clean, finite and at most `MAX_JSON_DEPTH` deep, so it always serialises and reloads.
+- `model_json`: a pydantic model as JSON even when a string somewhere in it holds a lone surrogate.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import PydanticSerializationError
+
+MAX_JSON_DEPTH = 32
+"""Deepest JSON taken from a reply: far above any tool input, far below the ~200 levels pydantic can reload."""
+
+SCAN_FACTOR = 2
+"""`first_json_object` reads at most about this many times the reply's length over all its candidates..."""
+MAX_CANDIDATES = 256
+"""...and tries at most this many `{`: a reply asked for JSON holds it well before, prose rarely has as many."""
+
+
+def clean_text(text: str) -> str:
+    """`text` with every lone surrogate replaced by U+FFFD; a surrogate pair split in two code points is joined."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def clean_json(value: Any) -> Any:
+    """`value` with `clean_text` applied to every string and key in it."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, dict):
+        return {clean_text(str(key)): clean_json(inner) for key, inner in value.items()}
+    if isinstance(value, list):
+        return [clean_json(inner) for inner in value]
+    return value
+
+
+def _finite_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):  # 1e999: JSON cannot write it back
+        raise ValueError(f"number {literal[:20]!r} is not finite")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_DECODER = json.JSONDecoder(parse_float=_finite_float, parse_constant=_no_constant)
+_NEXT_BRACKET = re.compile(r'(?:"[^"\\]*(?:\\.[^"\\]*)*"|[^"{}\[\]]+)*([{}\[\]"]|\Z)', re.DOTALL)
+"""Skips strings and other text to the next bracket; a quote there opens a string never closed. The loop cannot
+backtrack: wherever it stops, the group after it matches."""
+_CLOSER = {"{": "}", "[": "]"}
+
+
+def _object_end(text: str, start: int) -> tuple[int | None, int]:
+    """Where the `{` at `start` is closed (None: never, wrongly, or past `MAX_JSON_DEPTH`), and how far it read."""
+    expected: list[str] = []
+    pos = start
+    while True:
+        found = _NEXT_BRACKET.match(text, pos)
+        char, pos = found.group(1), found.end()  # type: ignore[union-attr]  (the pattern matches everywhere)
+        if char in _CLOSER:
+            if len(expected) == MAX_JSON_DEPTH:
+                return None, pos
+            expected.append(_CLOSER[char])
+        elif char in ("", '"'):
+            return None, len(text)
+        elif expected.pop() != char:
+            return None, pos
+        elif not expected:
+            return pos, pos
+
+
+def first_json_object(text: str) -> dict[str, Any] | None:
+    """The first `{...}` in `text` that decodes to a usable JSON object, or None.
+
+    Each `{` is a candidate. A structural scan finds where it closes and stops at `MAX_JSON_DEPTH`; only a
+    closed candidate is decoded. Every candidate costs what its scan read; the total is bounded by `SCAN_FACTOR`
+    times the text's length and the candidates by `MAX_CANDIDATES`, so a reply built to make the search
+    quadratic (many `{` that each start a long failing scan) ends in None instead of blocking. An integer past
+    Python's 4,300-digit limit, NaN, Infinity or a number that overflows to infinity make a candidate unusable.
+    """
+    budget = SCAN_FACTOR * len(text) + 64
+    start = text.find("{")
+    for _ in range(MAX_CANDIDATES):
+        if start == -1 or budget <= 0:
+            break
+        end, read = _object_end(text, start)
+        budget -= read - start
+        if end is not None:
+            try:
+                return clean_json(_DECODER.decode(text[start:end]))
+            except ValueError:  # not JSON after all, a huge integer, NaN, 1e999
+                pass
+        start = text.find("{", start + 1)
+    return None
+
+
+def model_json(model: BaseModel, *, indent: int | None = None) -> str:
+    """`model.model_dump_json()`; where a string in the model holds a lone surrogate, that string cleaned."""
+    try:
+        return model.model_dump_json(indent=indent)
+    except PydanticSerializationError:  # a lone surrogate that came in by a path that does not clean text
+        return json.dumps(clean_json(model.model_dump(mode="json")), ensure_ascii=False, indent=indent)
