@@ -40,3 +40,10 @@ async def test_planner_reply_text_starts_with_the_prefix_and_ids_are_the_sampled
     assert reply.token_ids == [5, 6] and reply.logprobs == [-0.1, -0.2]
     other = await engine.generate(OTHER, SamplingParams())
     assert other.text.startswith("python")
+
+
+def test_the_prefix_replaces_schema_decoding() -> None:
+    # A JSON grammar begins at "{", which the prefix has already written: a schema on this engine would make
+    # every planner call fail (and the replayed masks would not match what was sampled).
+    engine = PrefixedPlannerEngine(model=object(), tokenizer=FakeTokenizer(), prefix='{"tool_name": "')
+    assert engine.supports_json_schema is False

@@ -106,3 +106,10 @@ def test_mini_batches_hold_whole_questions_in_a_seeded_order() -> None:
     assert split == mini_batch_groups(groups, 2, seed="0/1/0")
     (whole,) = mini_batch_groups(groups, None, seed="x")
     assert sorted(whole) == groups
+
+
+def test_a_step_whose_rollouts_were_all_excluded_updates_nothing(engine: TransformersEngine) -> None:
+    assert mini_batch_groups([], 2, seed="s") == [] and mini_batch_groups([], None, seed="s") == []
+    metrics = updater(engine).grpo(UpdateBatch(rows=[], advantages=torch.tensor([]), row_group=[], trajectories={}),
+                                   temperature=1.0, step=1)
+    assert metrics["optimizer_steps"] == 0 and metrics["rows"] == 0

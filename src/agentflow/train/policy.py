@@ -50,11 +50,17 @@ class PrefixingTokenizer:
 
 
 class PrefixedPlannerEngine(TransformersEngine):
-    """TransformersEngine whose planner replies begin with `prefix` (see the module docstring)."""
+    """TransformersEngine whose planner replies begin with `prefix` (see the module docstring).
+
+    The prefix replaces schema-constrained decoding on this engine: a JSON grammar starts at `{`, which the
+    prefix has already written, so the flow is told that this engine takes no schema (and records none to
+    replay in the update).
+    """
 
     def __init__(self, config: TransformersEngineConfig | None = None, *, model: Any, tokenizer: Any,
                  prefix: str) -> None:
         super().__init__(config, model=model, tokenizer=PrefixingTokenizer(tokenizer, prefix))
+        self.supports_json_schema = False
         self.prefix = prefix
 
     async def generate(self, messages: list[Message], sampling: SamplingParams, *,

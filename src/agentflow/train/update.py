@@ -41,7 +41,7 @@ def mini_batch_groups(groups: list[str], size: int | None, *, seed: str) -> list
     """Questions split into mini-batches of `size` (None: one mini-batch), in an order fixed by `seed`."""
     order = list(groups)
     random.Random(seed).shuffle(order)
-    size = size or len(order)
+    size = size or len(order) or 1
     return [order[i:i + size] for i in range(0, len(order), size)]
 
 
