@@ -1,6 +1,7 @@
-"""Question loading, the resumable sampler, and the shipped tool_use task."""
+"""Question loading, the resumable sampler, and the shipped tasks."""
 
 import json
+import re
 
 import pytest
 
@@ -8,7 +9,8 @@ from agentflow.errors import ConfigError
 from agentflow.scoring import get_scorer
 from agentflow.train.config import DataSettings
 from agentflow.train.data import BatchSampler, Question, load_questions
-from agentflow.train.tasks import NATIONALITIES, task_path
+from agentflow.train.tasks import task_path
+from agentflow.train.tasks.tool_use import NATIONALITIES
 
 
 def write_jsonl(path, records):
@@ -58,9 +60,9 @@ def test_sampler_resumes_from_a_position_with_the_same_batches():
     assert [[q.id for q in resumed.next_batch()] for _ in range(3)] == batches[2:]
 
 
-def test_shipped_task_splits_share_no_question_and_are_scorable():
-    train = load_questions(task_path("train"), DataSettings())
-    heldout = load_questions(task_path("heldout"), DataSettings())
+def test_tool_use_splits_share_no_question_and_are_scorable():
+    train = load_questions(task_path("train", "tool_use"), DataSettings())
+    heldout = load_questions(task_path("heldout", "tool_use"), DataSettings())
     assert len(heldout) >= 100
     assert not {q.question for q in train} & {q.question for q in heldout}
     assert not {q.meta.get("source_title") for q in train} & {q.meta.get("source_title") for q in heldout} - {None}
@@ -72,6 +74,20 @@ def test_shipped_task_splits_share_no_question_and_are_scorable():
             assert q.answer in NATIONALITIES and q.meta["tool"] == "wikipedia_search"
 
 
+def test_lookup_compute_needs_two_tools_and_shares_no_element_with_training():
+    train = load_questions(task_path("train"), DataSettings())
+    heldout = load_questions(task_path("heldout"), DataSettings())
+    assert len(heldout) >= 200 and len(train) >= 250
+    assert not {q.meta["element"] for q in train} & {q.meta["element"] for q in heldout}
+    assert {q.meta["kind"] for q in heldout} == {"times"}
+    for q in train + heldout:
+        assert q.meta["tools"] == ["wikipedia_search", "python"] and q.reward == "cover_em"
+        z, k = q.meta["atomic_number"], int((re.findall(r"\d+", q.question) or [0])[0])
+        expected = {"times": z * k, "plus": z + k, "minus": k - z, "square": z * z}[q.meta["kind"]]
+        name = q.meta["element"].split(" (")[0].lower()
+        assert q.answer == str(expected) and f"atomic number of {name}" in q.question
+
+
 def test_cover_em_accepts_the_gold_inside_a_sentence_only_as_whole_tokens():
     score = get_scorer("cover_em")
     assert score("Georgy Zhukov was a Soviet military leader.", "Soviet").correct
@@ -79,18 +95,19 @@ def test_cover_em_accepts_the_gold_inside_a_sentence_only_as_whole_tokens():
     assert not score("6873 * 683", "4694259").correct
 
 
-def test_shipped_task_regenerates_identically():
-    """The generator is deterministic: rebuilding from the corpus gives the committed files."""
+@pytest.mark.parametrize("task", ["lookup_compute", "tool_use"])
+def test_shipped_tasks_regenerate_identically(task):
+    """The generators are deterministic: rebuilding from the corpus gives the committed files."""
     wiki = pytest.importorskip("agentflow.wiki_index")
     from agentflow.bundled import wiki_summaries_path
-    from agentflow.train import tasks
+    from agentflow.train.tasks import GENERATORS
 
     try:
         summaries = json.loads(wiki_summaries_path().read_text(encoding="utf-8"))
     except Exception as err:  # the corpus package is a data dependency; skip cleanly without it
         pytest.skip(f"offline Wikipedia summaries not installed: {err}")
     index = wiki.get_index(None)
-    splits = tasks.generate(summaries, search=lambda q: [h.title for h in index.search(q, 3)])
+    splits = GENERATORS[task](summaries, search=lambda q: [h.title for h in index.search(q, 3)])
     for split, records in splits.items():
-        shipped = [json.loads(line) for line in task_path(split).read_text().splitlines()]
+        shipped = [json.loads(line) for line in task_path(split, task).read_text().splitlines()]
         assert shipped == records

@@ -52,7 +52,10 @@ class LoraSettings(_Strict):
 class DataSettings(_Strict):
     """Where questions come from. Files are JSONL, JSON (a list) or parquet, one question per record."""
 
-    train_path: str | None = Field(None, description="Training questions; default: the shipped tool-use task.")
+    task: str = Field("lookup_compute", description="Shipped task used where train_path / eval_path are unset: "
+                      "lookup_compute (look a number up, then compute: two tools in sequence) or tool_use (one "
+                      "tool per question). `python -m agentflow.train.tasks` regenerates them.")
+    train_path: str | None = Field(None, description="Training questions; default: the shipped task's train split.")
     eval_path: str | None = Field(None, description="Held-out questions; default: the shipped task's held-out "
                                   "split (no question shared with training).")
     question_field: str = Field("question", description="Record field holding the question text.")

@@ -84,10 +84,11 @@ def load_questions(path: str | Path, settings: DataSettings) -> list[Question]:
     return questions
 
 
-def default_paths() -> tuple[Path, Path]:
-    from agentflow.train.tasks import task_path
+def default_paths(task: str | None = None) -> tuple[Path, Path]:
+    """Train and held-out files of a shipped task (default: `lookup_compute`)."""
+    from agentflow.train.tasks import DEFAULT_TASK, task_path
 
-    return task_path("train"), task_path("heldout")
+    return task_path("train", task or DEFAULT_TASK), task_path("heldout", task or DEFAULT_TASK)
 
 
 class BatchSampler:

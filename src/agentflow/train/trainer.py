@@ -94,7 +94,7 @@ class Trainer:
         if cfg.torch_threads:
             torch.set_num_threads(cfg.torch_threads)
         seed_everything(cfg.seed)
-        train_path, eval_path = default_paths()
+        train_path, eval_path = default_paths(cfg.data.task)
         self.train_items = load_questions(cfg.data.train_path or train_path, cfg.data)
         self.eval_items = load_questions(cfg.data.eval_path or eval_path, cfg.data)
         if cfg.eval_size:

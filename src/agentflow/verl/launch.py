@@ -42,7 +42,7 @@ def prepare_data(cfg: VerlTrainConfig) -> tuple[Path, Path]:
     """Convert our question files into verl's parquet layout (the same files `agentflow train` reads)."""
     from agentflow.verl.data import write_parquet
 
-    default_train, default_eval = default_paths()
+    default_train, default_eval = default_paths(cfg.data.task)
     train = load_questions(cfg.data.train_path or default_train, cfg.data)
     held_out = load_questions(cfg.data.eval_path or default_eval, cfg.data)
     BatchSampler(train, batch_size=cfg.batch_size, seed=cfg.seed)  # raises when batch_size exceeds the data
