@@ -23,7 +23,9 @@ ROLE_BY_SYSTEM = {ANALYSIS_SYSTEM: "analysis", PLANNER_SYSTEM: "planner", EXECUT
 
 
 def role_of(messages: list[Message]) -> str:
-    return ROLE_BY_SYSTEM.get(messages[0]["content"], "tools")
+    system = messages[0]["content"]
+    # the executor's system message carries the tool's card after EXECUTOR_SYSTEM
+    return next((role for prompt, role in ROLE_BY_SYSTEM.items() if system.startswith(prompt)), "tools")
 
 
 def role_engine(**scripts: list[Reply]) -> ScriptedEngine:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 import pytest
 
@@ -12,6 +13,7 @@ from agentflow.config import FlowConfig
 from agentflow.engines.base import Engine
 from agentflow.errors import ConfigError, EngineContextOverflowError, EngineServerError, EngineUnavailableError
 from agentflow.flow import Flow
+from agentflow.tools.base import ToolSettings
 from agentflow.trajectory import Trajectory
 from tests.conftest import EchoTool, role_engine, role_of
 
@@ -97,6 +99,53 @@ async def test_direct_tool_input_skips_the_executor_model():
     assert turn.executor is None and turn.tool_call.arguments == {"query": "Seurat birth year"}
     assert turn.tool_call.output == "echo: Seurat birth year" and traj.failures == []
     assert "executor" not in [role_of(messages) for messages, *_ in engine.calls]
+
+
+async def test_a_fixed_tool_input_skips_the_executor_and_fills_its_placeholders():
+    engine = role_engine(planner=[plan("echo", "the year")], executor=['{"query": "not used"}'],
+                         verifier=[STOP], generator=["<answer>a</answer>"])
+    config = FlowConfig.from_dict({"tools": {"echo": {"input": {"query": "{question} / {sub_goal} / {kept}"}}}})
+    flow = Flow.from_config(config, engines={"default": engine}, tools={"echo": EchoTool(ToolSettings(**config.tools["echo"]))})
+    turn = (await flow.asolve("When was Seurat born?")).turns[0]
+    assert turn.executor is None and turn.tool_call.arguments == {"query": "When was Seurat born? / the year / {kept}"}
+    assert "executor" not in [role_of(messages) for messages, *_ in engine.calls]
+
+
+async def test_verify_false_runs_max_turns_without_asking_the_verifier():
+    engine = role_engine(planner=[plan("echo", "one"), plan("echo", "two")], executor=['{"query": "x"}'],
+                         verifier=[STOP], generator=["<answer>a</answer>"])
+    config = FlowConfig.from_dict({"tools": {"echo": {}}, "verify": False, "limits": {"max_turns": 2}})
+    flow = Flow.from_config(config, engines={"default": engine}, tools={"echo": EchoTool()})
+    traj = await flow.asolve("q")
+    assert traj.stop_reason == "max_turns" and len(traj.turns) == 2
+    assert "verifier" not in [role_of(messages) for messages, *_ in engine.calls]
+
+
+@pytest.mark.parametrize("shown", [True, False])
+async def test_executor_memory_shows_the_executor_the_earlier_results(shown: bool):
+    engine = role_engine(planner=[plan("echo", "one"), plan("echo", "two")],
+                         executor=['{"query": "first result"}', '{"query": "second"}'], verifier=[CONTINUE],
+                         generator=["<answer>a</answer>"])
+    config = FlowConfig.from_dict({"tools": {"echo": {}}, "executor_memory": shown, "limits": {"max_turns": 2}})
+    flow = Flow.from_config(config, engines={"default": engine}, tools={"echo": EchoTool()})
+    traj = await flow.asolve("q")
+    second = traj.turns[1].executor.messages[-1]["content"]
+    assert ("echo: first result" in second) is shown and "echo: first result" not in \
+        traj.turns[0].executor.messages[-1]["content"]
+
+
+async def test_a_copied_worked_example_is_not_used():
+    example = {"question": "When was Chopin born?", "sub_goal": "find it", "input": {"query": "Chopin birth"}}
+    engine = role_engine(planner=[plan("echo", "Seurat birth")], executor=['{"query": "Chopin birth"}'],
+                         verifier=[STOP], generator=["<answer>a</answer>"])
+    config = FlowConfig.from_dict({"tools": {"echo": {"examples": [example]}}})
+    flow = Flow.from_config(config, engines={"default": engine}, tools={"echo": EchoTool(ToolSettings(**config.tools["echo"]))})
+    traj = await flow.asolve("When was Seurat born?")
+    executor = traj.turns[0].executor.messages
+    assert executor[1]["content"].endswith("Write the JSON input for echo.") and \
+        executor[2]["content"] == '{"query": "Chopin birth"}'  # the configured example, as a prior exchange
+    assert [f.kind for f in traj.failures] == ["copied_example", "executor_fallback"]
+    assert traj.turns[0].tool_call.arguments == {"query": "Seurat birth"}
 
 
 async def test_unusable_executor_reply_falls_back_to_the_sub_goal(make_flow):
@@ -212,11 +261,10 @@ async def test_empty_question_is_refused(make_flow):
 
 async def test_concurrent_questions_do_not_share_memory(make_flow):
     def executor(messages):
-        question = messages[1]["content"].split("\n")[0].removeprefix("Question: ")
-        return json.dumps({"query": question})
+        return json.dumps({"query": re.search(r"Question: (.*)", messages[-1]["content"]).group(1)})
 
     engine = role_engine(planner=[plan("echo")], executor=[executor], verifier=[STOP],
-                         generator=[lambda m: f"<answer>{m[1]['content'].split(chr(10))[0]}</answer>"])
+                         generator=[lambda m: f"<answer>{re.search(r'Question: .*', m[1]['content']).group(0)}</answer>"])
     flow = make_flow(engine)
     trajs: list[Trajectory] = await asyncio.gather(*(flow.asolve(f"question {i}") for i in range(20)))
     for i, traj in enumerate(trajs):

@@ -140,6 +140,13 @@ class FlowConfig(_Strict):
         "named SERVER.TOOL (see docs/tools.md).")
     limits: LimitsConfig = Field(default_factory=LimitsConfig)
     query_analysis: bool = Field(True, description="Run the planner's query analysis before the first turn.")
+    executor_memory: bool = Field(
+        False, description="Show the executor the memory of earlier turns, not only the planner's sub-goal and "
+        "context (the paper's executor sees the action alone). For planners too small to copy what a later "
+        "tool needs (a number found at turn 1) into their context.")
+    verify: bool = Field(True, description="Ask the verifier after each turn whether memory suffices (STOP ends "
+                         "the loop). false: no verifier call, every question runs max_turns turns: for models "
+                         "whose verdicts are noise, on tasks whose number of steps is known.")
     shuffle_tools: bool = Field(
         False, description="Show the planner its tool menu in a shuffled order, fixed per question, run variant "
         "and turn. Small models tend to pick the first tool listed; shuffling removes that position bias and "

@@ -8,12 +8,13 @@ sub-goal itself fills that field (recorded as a fallback), so one malformed repl
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from agentflow.engines.base import Message
 from agentflow.memory import truncate
 from agentflow.textsafe import first_json_object
-from agentflow.tools.base import Tool
+from agentflow.tools.base import Tool, ToolExample
 
 EXECUTOR_SYSTEM = (
     "You call tools. Given a tool's card and a sub-goal, write the tool's input as JSON matching its input "
@@ -21,32 +22,42 @@ EXECUTOR_SYSTEM = (
 )
 
 
-def executor_messages(*, question: str, context: str, sub_goal: str, tool: Tool,
-                      text_chars: int) -> list[Message]:
-    """The executor's prompt; the tool's worked examples, if any, come first as prior exchanges.
+def executor_messages(*, question: str, context: str, sub_goal: str, tool: Tool, text_chars: int,
+                      steps: str = "") -> list[Message]:
+    """The executor's prompt: the tool's card once (system), its worked examples as prior exchanges, then the
+    call to write, its question last.
 
-    The planner's context and sub-goal are cut to `text_chars` (`limits.text_chars`)."""
+    The card and examples are the same for every call of a tool, so an engine with prompt caching (llama.cpp's
+    slots, vLLM's prefix cache) computes them once. The question comes last because a small model copies from
+    what it read last: with the question first the bundled 135M model repeated an example's query in most
+    look-ups. The planner's context and sub-goal are cut to `text_chars` (`limits.text_chars`). `steps`: the
+    rendered memory of earlier turns, when the flow shows it to the executor (`executor_memory`); otherwise the
+    planner's `context` is all it knows of them, as in the paper."""
     card = tool.card()
     schema = json.dumps(card["input_schema"].get("properties", {}), ensure_ascii=False)
+    system = "\n\n".join(part for part in (
+        EXECUTOR_SYSTEM,
+        f"Tool: {card['name']} - {card['description']}",
+        f"Input fields: {schema}",
+        f"Best practices: {card['best_practices']}" if card["best_practices"] else "",
+    ) if part)
 
-    def task(question: str, context: str, sub_goal: str) -> str:
+    def task(question: str, context: str, sub_goal: str, steps: str = "") -> str:
         parts = [
-            f"Question: {question}",
+            f"Steps so far:\n{steps}" if steps else "",
             f"Context: {context}" if context else "",
             f"Sub-goal: {sub_goal}",
-            f"Tool: {card['name']} - {card['description']}",
-            f"Input fields: {schema}",
-            f"Best practices: {card['best_practices']}" if card["best_practices"] else "",
-            f"Write the JSON input for {card['name']} that achieves the sub-goal.",
+            f"Question: {question}",
+            f"Write the JSON input for {card['name']}.",
         ]
         return "\n\n".join(p for p in parts if p)
 
-    messages: list[Message] = [{"role": "system", "content": EXECUTOR_SYSTEM}]
-    for example in tool.examples:
+    messages: list[Message] = [{"role": "system", "content": system}]
+    for example in tool.worked_examples():
         messages += [{"role": "user", "content": task(example.question, "", example.sub_goal)},
                      {"role": "assistant", "content": json.dumps(example.input, ensure_ascii=False)}]
     messages.append({"role": "user", "content": task(question, truncate(context, text_chars),
-                                                      truncate(sub_goal, text_chars))})
+                                                      truncate(sub_goal, text_chars), steps)})
     return messages
 
 
@@ -59,6 +70,28 @@ def fallback_field(tool: Tool) -> str | None:
     props = schema.get("properties", {})
     strings = [name for name in required if props.get(name, {}).get("type") == "string"]
     return strings[0] if len(required) == 1 and len(strings) == 1 else None
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in re.findall(r"[^\W_]+", text)}
+
+
+def copied_example(tool: Tool, question: str, arguments: dict[str, Any] | None) -> ToolExample | None:
+    """The worked example whose input the executor repeated word for word, when that input carries something
+    of the example's own question that this question lacks (its subject, its numbers).
+
+    Small models copy the last example they saw; such a call answers the example, not the question. An input
+    that is the same for every question (a generic program) is no leak."""
+    if not arguments:
+        return None
+    asked = _words(question)
+    for example in tool.worked_examples():
+        if example.input != arguments:
+            continue
+        specific = (_words(json.dumps(example.input, ensure_ascii=False)) & _words(example.question)) - asked
+        if specific:
+            return example
+    return None
 
 
 def parse_arguments(text: str) -> dict[str, Any] | None:

@@ -26,7 +26,7 @@ from agentflow.errors import (
     ToolError,
     ToolTimeoutError,
 )
-from agentflow.executor import executor_messages, fallback_field, parse_arguments
+from agentflow.executor import copied_example, executor_messages, fallback_field, parse_arguments
 from agentflow.generator import extract_answer, generator_messages
 from agentflow.memory import FlowMemory, MemoryEntry, truncate
 from agentflow.planner import analysis_messages, parse_planner_reply, planner_messages, planner_schema
@@ -276,8 +276,11 @@ class Flow:
             turn.failures.append(Failure(stage="planner", kind="invalid_tool", message=message, turn=turn.index))
             entry.error = message
         else:
-            await self._execute(turn, traj, step.tool_name, entry, emit)
+            steps = self._render(memory) if self.config.executor_memory and memory.entries else ""
+            await self._execute(turn, traj, step.tool_name, entry, emit, steps=steps)
         memory.add(entry)
+        if not self.config.verify:
+            return
         turn.verifier = await self._call(
             "verifier",
             verifier_messages(question=traj.question, analysis=memory.query_analysis, memory=self._render(memory)),
@@ -290,18 +293,27 @@ class Flow:
         emit("verdict", {"turn": turn.index, "verdict": turn.verdict})
 
     async def _execute(self, turn: Turn, traj: Trajectory, tool_name: str, entry: MemoryEntry,
-                       emit: EventHandler) -> None:
+                       emit: EventHandler, *, steps: str = "") -> None:
         tool = self.tools[tool_name]
+        fixed = tool.settings.fixed_input(question=traj.question, sub_goal=turn.sub_goal)
         direct = fallback_field(tool) if self.config.direct_tool_input and turn.sub_goal else None
-        if direct is not None:
-            arguments: dict[str, Any] | None = {direct: turn.sub_goal}
+        if fixed is not None:
+            arguments: dict[str, Any] | None = fixed
+        elif direct is not None:
+            arguments = {direct: turn.sub_goal}
         else:
             turn.executor = await self._call(
                 "executor",
                 executor_messages(question=traj.question, context=turn.context, sub_goal=turn.sub_goal, tool=tool,
-                                  text_chars=self.config.limits.text_chars),
+                                  text_chars=self.config.limits.text_chars, steps=steps),
                 stage="executor", json_schema=tool.executor_schema())
             arguments = parse_arguments(turn.executor.text)
+            example = copied_example(tool, traj.question, arguments)
+            if example is not None:
+                turn.failures.append(Failure(stage="executor", kind="copied_example", turn=turn.index,
+                                             message=f"the executor repeated the worked example for "
+                                                     f"{example.question!r}; not used"))
+                arguments = None
         call = ToolCall(tool=tool_name, arguments=arguments or {})
         turn.tool_call = call
         try:
@@ -324,7 +336,8 @@ class Flow:
         start = time.perf_counter()
         try:
             result = await asyncio.wait_for(
-                tool.run(args, ToolContext(llm=self._tool_llm(call), timeout_s=timeout)), timeout=timeout)
+                tool.run(args, ToolContext(llm=self._tool_llm(call), timeout_s=timeout, question=traj.question,
+                                           steps=self._step_outputs(traj, turn))), timeout=timeout)
         except asyncio.TimeoutError:
             self._tool_failed(turn, call, entry, ToolTimeoutError(f"tool {tool_name!r} exceeded {timeout:.1f}s"))
         except _EngineFailed:
@@ -342,6 +355,18 @@ class Flow:
         emit("tool", {"turn": turn.index, "tool": tool_name, "arguments": call.arguments,
                       "output": truncate(call.output or (call.error.message if call.error else ""), 200),
                       "error": call.error is not None})
+
+    @staticmethod
+    def _step_outputs(traj: Trajectory, current: Turn) -> list[str]:
+        """What the tools of the turns before `current` returned (their error, when they failed)."""
+        outputs = []
+        for turn in traj.turns:
+            if turn is current:
+                break
+            call = turn.tool_call
+            if call is not None:
+                outputs.append(call.output if call.error is None else f"Error: {call.error.message}")
+        return outputs
 
     def _tool_llm(self, call: ToolCall) -> Callable[[list[Message]], Any]:
         async def llm(messages: list[Message]) -> Any:

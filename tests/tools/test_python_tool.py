@@ -39,6 +39,15 @@ async def test_code_mode_prints_42() -> None:
     assert result.llm_calls == []
 
 
+@pytest.mark.parametrize("isolation", ["kernel", "process"])
+async def test_code_reads_the_question_and_the_earlier_steps(isolation: str) -> None:
+    code = "import re\nprint(int(re.search(r'number (\\d+)', steps[-1]).group(1)) * int(question.split()[-1]))"
+    ctx = ToolContext(question="times 3", steps=["zinc", "Zinc has atomic number 30."])
+    result = await _run({"code": code}, ctx, isolation=isolation)
+    assert result.output == "90"
+    assert (await _run({"code": "print(question, steps)"})).output == " []"  # outside a flow: empty
+
+
 @pytest.mark.parametrize("arguments", [{}, {"code": "print(1)", "task": "add"}, {"code": "  "}, {"cmd": "x"}])
 def test_input_needs_exactly_one_of_code_or_task(arguments: dict) -> None:
     with pytest.raises(ToolInputError):

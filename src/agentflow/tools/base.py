@@ -28,6 +28,10 @@ class ToolContext(BaseModel):
 
     llm: LLMCall | None = None
     timeout_s: float = 30.0
+    question: str = ""
+    """The question being answered (the `python` tool binds it for the code as `question`)."""
+    steps: list[str] = Field(default_factory=list)
+    """What the earlier turns' tools returned, oldest first (the `python` tool binds it as `steps`)."""
 
 
 class ToolResult(BaseModel):
@@ -59,6 +63,27 @@ class ToolSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    examples: list[ToolExample] | None = Field(
+        None, description="Worked calls shown to the executor in place of the tool's own (None: the tool's "
+        "own): a config can show a small executor the shape of its task's calls.")
+    input: dict[str, Any] | None = Field(
+        None, description="A fixed input for every call of this tool; the executor model is not asked. In "
+        "string values, {question} and {sub_goal} are replaced by the question and the planner's sub-goal (other "
+        "braces stay as written, so code can be given as is). For tools whose input is the same shape for every "
+        "question of a task, e.g. a search whose query is the question itself.")
+
+    def fixed_input(self, *, question: str, sub_goal: str) -> dict[str, Any] | None:
+        """`input` with its placeholders filled, or None when the executor writes the input."""
+        if self.input is None:
+            return None
+
+        def fill(value: Any) -> Any:
+            if isinstance(value, str):
+                return value.replace("{question}", question).replace("{sub_goal}", sub_goal)
+            return value
+
+        return {key: fill(value) for key, value in self.input.items()}
+
 
 class Tool(abc.ABC):
     """A tool with a card. Subclasses set the class attributes and implement `run`."""
@@ -82,6 +107,10 @@ class Tool(abc.ABC):
     def __init__(self, settings: ToolSettings | None = None) -> None:
         self.settings = settings if settings is not None else self.settings_model()
 
+    def worked_examples(self) -> tuple[ToolExample, ...]:
+        """The worked calls the executor is shown: the settings' when given, else the tool's own."""
+        return self.examples if self.settings.examples is None else tuple(self.settings.examples)
+
     def input_schema(self) -> dict[str, Any]:
         """JSON schema of the tool's input."""
         return self.input_model.model_json_schema()
@@ -95,7 +124,7 @@ class Tool(abc.ABC):
             "output": self.output_description,
             "limitations": self.limitations,
             "best_practices": self.best_practices,
-            "examples": [example.model_dump() for example in self.examples],
+            "examples": [example.model_dump() for example in self.worked_examples()],
         }
 
     def executor_schema(self) -> dict[str, Any]:

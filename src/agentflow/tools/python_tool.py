@@ -103,7 +103,8 @@ class PythonTool(Tool):
     limitations = ("Runs once within {timeout:g} s and {memory} MB; no network, no subprocesses, no files "
                    "outside a temporary folder; only printed values come back.")
     best_practices = ("Use it for arithmetic, counting and exact computation; print() the final value "
-                      "(a final bare expression is printed, as in a notebook).")
+                      "(a final bare expression is printed, as in a notebook). The code can read `question` (the "
+                      "question) and `steps` (what the earlier steps' tools returned, as strings, oldest first).")
     settings_model = PythonSettings
     uses_llm = True
     fallback_field = "task"
@@ -140,7 +141,8 @@ class PythonTool(Tool):
                 program, timeout_s=budget, cpu_s=self.settings.cpu_s, memory_mb=self.settings.memory_mb,
                 max_output_chars=self.settings.max_output_chars, max_file_mb=self.settings.max_file_mb,
                 python=self.settings.python or sys.executable, isolation=self.settings.isolation,
-                read_paths=self.settings.read_paths, network_namespace=self.settings.network_namespace)
+                read_paths=self.settings.read_paths, network_namespace=self.settings.network_namespace,
+                names={"question": ctx.question, "steps": list(ctx.steps)})
         except OSError as err:
             raise ConfigError(f"python tool: cannot start the interpreter "
                               f"{self.settings.python or sys.executable!r}: {err}") from err

@@ -61,7 +61,7 @@ async def test_the_planner_picks_an_mcp_tool_and_its_result_reaches_the_answer(m
     schemas = {role_of(m): s for m, _, s in engine.calls}
     assert "calc.add" in schemas["planner"]["properties"]["tool_name"]["enum"]
     assert schemas["executor"] == flow.tools["calc.add"].card()["input_schema"]
-    executor_prompt = traj.turns[0].executor.messages[-1]["content"]
+    executor_prompt = traj.turns[0].executor.messages[0]["content"]  # the card is in the system message
     assert "Tool: calc.add - Add two integers." in executor_prompt and '"a": {' in executor_prompt
 
 

@@ -75,7 +75,7 @@ async def check_isolation(python: str | None = None, isolation: Isolation = "ker
         return
     python = python or sys.executable
     if python not in _kernel_checked:
-        probe = await _run("pass", python=python, isolation="kernel", timeout_s=30.0, memory_mb=512,
+        probe = await _run(_payload("pass", {}), python=python, isolation="kernel", timeout_s=30.0, memory_mb=512,
                            max_output_chars=4000, cpu_s=None, max_file_mb=1, max_open_files=64, max_processes=4,
                            read_paths=(), network_namespace=False, drop_privileges=None, on_start=None)
         _kernel_checked[python] = None if probe.ok else explain_failure(probe.stderr)
@@ -99,8 +99,12 @@ async def run_python_sandboxed(
     network_namespace: bool = True,
     drop_privileges: bool | None = None,
     on_start: Callable[[int], None] | None = None,
+    names: dict[str, str | list[str]] | None = None,
 ) -> SandboxResult:
     """Run `code` once in a sandboxed `python -I` subprocess and report what happened.
+
+    `names`: global variables bound before the code runs (strings or lists of strings), e.g. the python tool's
+    `question` and `steps`; they travel with the code on stdin.
 
     Raises SandboxUnavailableError when the kernel lacks what `isolation` needs; otherwise never raises for
     anything the code does: a timeout, a crash or a limit is a field of the result. Cancelling the awaiting task
@@ -112,7 +116,8 @@ async def run_python_sandboxed(
     """
     python = python or sys.executable
     await check_isolation(python, isolation)
-    return await _run(code, python=python, isolation=isolation, timeout_s=timeout_s, memory_mb=memory_mb,
+    payload = _payload(code, names or {})
+    return await _run(payload, python=python, isolation=isolation, timeout_s=timeout_s, memory_mb=memory_mb,
                       max_output_chars=max_output_chars, cpu_s=cpu_s, max_file_mb=max_file_mb,
                       max_open_files=max_open_files, max_processes=max_processes, read_paths=read_paths,
                       network_namespace=network_namespace, drop_privileges=drop_privileges, on_start=on_start)
@@ -156,7 +161,17 @@ async def _settings(python: str, isolation: Isolation, base: str, read_paths: Se
     return settings, [*layers, "rlimits", "scrubbed_env", "tempdir", "audit_hook"], list(prefix)
 
 
-async def _run(code: str, *, python: str, isolation: Isolation, timeout_s: float, memory_mb: int,
+def _payload(code: str, names: dict[str, str | list[str]]) -> bytes:
+    """What the child reads on stdin: the length of the marshalled names, the names, then the source."""
+    for name, value in names.items():
+        if not name.isidentifier() or not (isinstance(value, str) or
+                                           (isinstance(value, list) and all(isinstance(v, str) for v in value))):
+            raise ValueError(f"sandbox name {name!r}: a string or a list of strings, under an identifier")
+    packed = marshal.dumps(names, 4)
+    return len(packed).to_bytes(8, "little") + packed + code.encode("utf-8", "replace")
+
+
+async def _run(code: bytes, *, python: str, isolation: Isolation, timeout_s: float, memory_mb: int,
                max_output_chars: int, cpu_s: float | None, max_file_mb: int, max_open_files: int,
                max_processes: int, read_paths: Sequence[str], network_namespace: bool,
                drop_privileges: bool | None, on_start: Callable[[int], None] | None) -> SandboxResult:
@@ -247,11 +262,11 @@ async def _run(code: str, *, python: str, isolation: Isolation, timeout_s: float
     )
 
 
-async def _feed_and_wait(proc: asyncio.subprocess.Process, code: str) -> int:
+async def _feed_and_wait(proc: asyncio.subprocess.Process, payload: bytes) -> int:
     """Hand the code to the child on stdin, then wait for the exit; both count against the wall clock."""
     assert proc.stdin is not None
     with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # the child may already be gone
-        proc.stdin.write(code.encode("utf-8", "replace"))
+        proc.stdin.write(payload)
         await proc.stdin.drain()
         proc.stdin.close()
     return await proc.wait()

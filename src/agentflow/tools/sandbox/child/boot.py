@@ -174,7 +174,10 @@ def _kernel_level(cfg: dict) -> None:
 def main(config: str) -> None:
     """Run with the parent's settings (`marshal`, hex-encoded: no import needed to read them)."""
     cfg = marshal.loads(bytes.fromhex(config))
-    source = sys.stdin.buffer.read().decode("utf-8", "replace")
+    payload = sys.stdin.buffer.read()
+    size = int.from_bytes(payload[:8], "little")
+    names = marshal.loads(payload[8:8 + size])
+    source = payload[8 + size:].decode("utf-8", "replace")
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
@@ -184,4 +187,4 @@ def main(config: str) -> None:
         _set_limits(cfg["rlimits"])
         if cfg["uid"] is not None:
             _drop_to(cfg["uid"], cfg["gid"])
-    run_code.run(source, cfg["dir"])
+    run_code.run(source, cfg["dir"], names)

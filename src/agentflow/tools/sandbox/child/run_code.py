@@ -89,14 +89,16 @@ def _ours(filename: str) -> bool:
     return filename.startswith(_HERE + os.sep) or filename == "<string>"
 
 
-def run(source: str, workdir: str) -> None:
-    """Install the hook, then run `source` as `__main__`; a traceback shows the user's frames only. Exits."""
+def run(source: str, workdir: str, names: dict) -> None:
+    """Install the hook, then run `source` as `__main__` with `names` bound; a traceback shows the user's frames
+    only. Exits."""
     sys.dont_write_bytecode = True
     for name in [n for n in sys.modules if n == "child" or n.startswith("child.")]:
         del sys.modules[name]  # `import child` in the user's code must not find us
     install_hook(os.path.realpath(workdir))
     main = type(sys)("__main__")
     main.__dict__["__builtins__"] = builtins
+    main.__dict__.update(names)
     sys.modules["__main__"] = main
     try:
         compiled = compile(source, "<code>", "exec")
