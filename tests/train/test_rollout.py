@@ -11,7 +11,7 @@ from agentflow.engines.scripted import ScriptedEngine
 from agentflow.errors import EngineContextOverflowError, EngineUnavailableError
 from agentflow.flow import Flow
 from agentflow.train.data import Question
-from agentflow.train.rollout import run_rollouts
+from agentflow.train.rollout import expected_tool, run_rollouts
 
 
 class TokenEngine(Engine):
@@ -136,3 +136,10 @@ async def test_a_scorer_crash_is_excluded_never_a_reward():
                                group_size=1, concurrency=1)
     assert [r.trajectory_id for r in batch.excluded] == ["q3#0"] and len(batch.rollouts) == 1
     assert batch.excluded[0].trajectory.answer == "2"  # the finished trajectory is kept
+
+
+def test_the_right_tool_is_per_turn_for_a_sequence_and_the_same_for_a_single_tool() -> None:
+    two = Question("q", "Atomic number of zinc times 3?", "90", "cover_em", {"tools": ["wikipedia_search", "python"]})
+    assert [expected_tool(two, turn) for turn in (1, 2, 3)] == ["wikipedia_search", "python", None]
+    assert expected_tool(QUESTIONS[1], 1) == expected_tool(QUESTIONS[1], 2) == "python"
+    assert expected_tool(Question("q", "?", "a", "exact_match"), 1) is None

@@ -18,7 +18,6 @@ import torch
 from agentflow.flow import Flow
 from agentflow.scoring import get_scorer
 from agentflow.scoring.base import Score
-from agentflow.train import tasks as _tasks  # noqa: F401  (registers the task's scorer)
 from agentflow.train.data import Question
 from agentflow.trajectory import Failure, Trajectory
 
@@ -98,8 +97,8 @@ class RolloutBatch:
         n = max(len(scored), 1)
         tools = Counter(turn.tool if turn.tool_valid else "invalid" for r in scored for turn in r.trajectory.turns)
         n_turns = sum(tools.values())
-        right_tool = [turn.tool == r.question.meta.get("tool") for r in scored for turn in r.trajectory.turns
-                      if r.question.meta.get("tool")]
+        right_tool = [turn.tool == expected for r in scored for turn in r.trajectory.turns
+                      if (expected := expected_tool(r.question, turn.index))]
         out: dict[str, Any] = {
             "reward_mean": sum(r.score.value for r in scored if r.score) / n,
             "accuracy": sum(1 for r in scored if r.score and r.score.correct) / n,
@@ -123,6 +122,14 @@ class RolloutBatch:
         if right_tool:
             out["tool_choice_accuracy"] = sum(right_tool) / len(right_tool)
         return out
+
+
+def expected_tool(question: Question, turn: int) -> str | None:
+    """The right tool at a turn (1-based), where the question names it: `tools` (one per turn) or `tool`."""
+    tools = question.meta.get("tools")
+    if isinstance(tools, list):
+        return tools[turn - 1] if 0 < turn <= len(tools) else None
+    return question.meta.get("tool")
 
 
 def score_trajectory(question: Question, trajectory: Trajectory) -> Score:
