@@ -188,3 +188,25 @@ def test_server_entry_point_reports_a_missing_model(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError, match="not found"):
         start_llamacpp_server(model=str(tmp_path / "absent.gguf"), timeout_s=30)
+
+
+@pytest.mark.slow
+def test_requantized_bundled_model_is_cached_and_answers_like_the_original(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTFLOW_CACHE", str(tmp_path))
+    config = LlamaCppEngineConfig(n_ctx=1024, n_parallel=1, n_threads=1, requantize="q8_0")
+    requantized = LlamaCppEngine(config)
+    path = requantized.model_path
+    assert path.parent.parent == tmp_path and path.name.endswith(".q8_0.gguf")
+    stamp = path.stat().st_mtime_ns
+    assert LlamaCppEngine(config).model_path == path and path.stat().st_mtime_ns == stamp  # cached, not rewritten
+    original = LlamaCppEngine(LlamaCppEngineConfig(n_ctx=1024, n_parallel=1, n_threads=1))
+    question = [{"role": "user", "content": "What is the capital of France? Answer in one word."}]
+
+    async def answer(engine: LlamaCppEngine) -> str:
+        try:
+            return (await engine.generate(question, SamplingParams(max_tokens=8))).text
+        finally:
+            await engine.aclose()
+
+    assert "Paris" in asyncio.run(answer(requantized)) and "Paris" in asyncio.run(answer(original))

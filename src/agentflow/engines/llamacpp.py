@@ -77,6 +77,16 @@ def resolve_model_path(model_path: str | None) -> Path:
     return path
 
 
+def engine_model_path(config: LlamaCppEngineConfig) -> Path:
+    """The GGUF file an engine loads: `resolve_model_path`, re-quantised when the config asks for it."""
+    path = resolve_model_path(config.model_path)
+    if config.requantize == "q8_0":
+        from agentflow.train.export import requantized_q8_0
+
+        path = requantized_q8_0(path)
+    return path
+
+
 def _build_params(config: LlamaCppEngineConfig, model_path: Path, n_threads: int, *, port: int = 0,
                   host: str = "127.0.0.1", api_key: str | None = None, alias: str | None = None) -> Any:
     import xllamacpp
@@ -125,7 +135,7 @@ class LlamaCppEngine(Engine):
 
     def __init__(self, config: LlamaCppEngineConfig | None = None) -> None:
         self.config = config or LlamaCppEngineConfig()
-        self.model_path = resolve_model_path(self.config.model_path)
+        self.model_path = engine_model_path(self.config)
         self.model_name = self.model_path.stem  # as llama.cpp's server names it at /v1/models
         self.n_threads = self.config.n_threads or default_threads()
         self._server: Any = None
@@ -383,7 +393,7 @@ def serve(config: LlamaCppEngineConfig, *, host: str = "127.0.0.1", port: int = 
     import xllamacpp
     from rich.console import Console
 
-    model_path = resolve_model_path(config.model_path)
+    model_path = engine_model_path(config)
     n_threads = config.n_threads or default_threads()
     params = _build_params(config, model_path, n_threads, port=port, host=host, api_key=api_key,
                            alias=alias or model_path.stem)

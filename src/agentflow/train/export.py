@@ -96,6 +96,38 @@ def write_gguf(state: dict[str, torch.Tensor], *, template: Path, out: Path) -> 
     return out
 
 
+def requantized_q8_0(gguf_path: Path, *, root: Path | None = None) -> Path:
+    """`gguf_path` re-written as Q8_0, created on first use and cached (keyed like `gguf_checkpoint`).
+
+    The weights go through the cached transformers conversion (dequantised) and `write_gguf`; the file is
+    written under a temporary name and renamed, so concurrent processes never load half of it."""
+    import os
+    import tempfile
+
+    from safetensors.torch import load_file
+
+    from agentflow.bundled import cache_dir
+    from agentflow.engines.hf import gguf_checkpoint
+
+    stat = gguf_path.stat()
+    root = root or cache_dir() / "gguf-q8_0"
+    target = root / f"{gguf_path.stem}-{stat.st_size}-{stat.st_mtime_ns}.q8_0.gguf"
+    if target.is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    state = load_file(str(gguf_checkpoint(gguf_path) / "model.safetensors"))
+    handle, staging = tempfile.mkstemp(prefix=f".{target.name}-", dir=root)
+    os.close(handle)
+    try:
+        write_gguf(state, template=gguf_path, out=Path(staging))
+        Path(staging).chmod(0o644)
+        os.replace(staging, target)
+    finally:
+        Path(staging).unlink(missing_ok=True)
+    log.info("re-quantised %s to Q8_0 (cached at %s)", gguf_path.name, target)
+    return target
+
+
 def export_planner(model: torch.nn.Module, tokenizer, out_dir: Path, *, lora: bool, gguf: bool,
                    gguf_template: Path | None = None) -> Path:
     """Save adapter (LoRA) and merged model; write GGUF when asked and possible. Returns out_dir."""
