@@ -106,8 +106,12 @@ async def test_a_fixed_tool_input_skips_the_executor_and_fills_its_placeholders(
                          verifier=[STOP], generator=["<answer>a</answer>"])
     config = FlowConfig.from_dict({"tools": {"echo": {"input": {"query": "{question} / {sub_goal} / {kept}"}}}})
     flow = Flow.from_config(config, engines={"default": engine}, tools={"echo": EchoTool(ToolSettings(**config.tools["echo"]))})
-    turn = (await flow.asolve("When was Seurat born?")).turns[0]
+    traj = await flow.asolve("When was Seurat born?")
+    turn = traj.turns[0]
     assert turn.executor is None and turn.tool_call.arguments == {"query": "When was Seurat born? / the year / {kept}"}
+    # the input is configuration, not a choice: later prompts show the result only
+    assert "result: echo: When was Seurat born?" in traj.generator.messages[1]["content"]
+    assert "input:" not in traj.generator.messages[1]["content"]
     assert "executor" not in [role_of(messages) for messages, *_ in engine.calls]
 
 

@@ -331,7 +331,8 @@ class Flow:
             except ToolError as err2:
                 self._tool_failed(turn, call, entry, err2)
                 return
-        entry.arguments = call.arguments
+        if fixed is None:  # a fixed input is the tool's configuration, not a choice: memory shows the result only
+            entry.arguments = call.arguments
         timeout = self.config.limits.tool_timeout_s
         start = time.perf_counter()
         try:
