@@ -282,7 +282,9 @@ class Trainer:
         """Accuracy of the current planner on the held-out questions (one greedy trajectory each)."""
         batch = await run_rollouts(self.eval_flow, self.eval_items, group_size=1,
                                    concurrency=self.config.rollout_concurrency)
-        metrics = {f"eval/{k}": v for k, v in batch.metrics().items() if not k.startswith("tool/")}
+        # the tools picked at each turn are kept (frozen vs trained choices); the all-turn shares are not
+        metrics = {f"eval/{k}": v for k, v in batch.metrics().items()
+                   if not k.startswith("tool/") or k.startswith("tool/turn")}
         kinds: dict[str, list[bool]] = {}
         records = []
         for r in batch.rollouts + batch.excluded:
