@@ -369,3 +369,15 @@ async def test_a_huge_reply_is_kept_whole_but_bounded_in_every_later_prompt(make
                for m in call.messages]
     assert max(map(len, prompts)) < 12_000
     assert saved_and_reloaded(traj, tmp_path) == traj
+
+
+@pytest.mark.parametrize("named", [True, False])
+async def test_planner_memory_can_leave_out_the_tool_names(named: bool):
+    engine = role_engine(planner=[plan("echo", "one"), plan("echo", "two")], executor=['{"query": "found"}'],
+                         verifier=[CONTINUE], generator=["<answer>a</answer>"])
+    config = FlowConfig.from_dict({"tools": {"echo": {}}, "planner_memory_tools": named, "limits": {"max_turns": 2}})
+    flow = Flow.from_config(config, engines={"default": engine}, tools={"echo": EchoTool()})
+    traj = await flow.asolve("q")
+    second = traj.turns[1].planner.messages[1]["content"]
+    assert "result: echo: found" in second and ("tool=echo" in second) is named
+    assert "tool=echo" in traj.generator.messages[1]["content"]  # the other roles still see it

@@ -148,6 +148,11 @@ class FlowConfig(_Strict):
         False, description="Show the executor the memory of earlier turns, not only the planner's sub-goal and "
         "context (the paper's executor sees the action alone). For planners too small to copy what a later "
         "tool needs (a number found at turn 1) into their context.")
+    planner_memory_tools: bool = Field(
+        True, description="Name the tool of each earlier step in the planner's memory. false: the planner sees "
+        "sub-goals and results only. A small planner copies the tool named in its memory: the bundled 135M model "
+        "picks the turn-1 tool again at turn 2 with probability 0.99 when it is named, so it never tries a "
+        "second tool (docs/training.md).")
     verify: bool = Field(True, description="Ask the verifier after each turn whether memory suffices (STOP ends "
                          "the loop). false: no verifier call, every question runs max_turns turns: for models "
                          "whose verdicts are noise, on tasks whose number of steps is known.")

@@ -250,10 +250,10 @@ class Flow:
                 return
         traj.stop_reason = "max_turns"
 
-    def _render(self, memory: FlowMemory) -> str:
+    def _render(self, memory: FlowMemory, *, tool_names: bool = True) -> str:
         limits = self.config.limits
         return memory.render(token_budget=limits.memory_tokens, result_chars=limits.result_chars,
-                             text_chars=limits.text_chars)
+                             text_chars=limits.text_chars, tool_names=tool_names)
 
     async def _turn(self, turn: Turn, traj: Trajectory, memory: FlowMemory, emit: EventHandler) -> None:
         limits = self.config.limits
@@ -262,7 +262,7 @@ class Flow:
             "planner",
             planner_messages(question=traj.question, analysis=memory.query_analysis,
                              tool_descriptions=self._tool_descriptions(traj, turn.index),
-                             memory=self._render(memory),
+                             memory=self._render(memory, tool_names=self.config.planner_memory_tools),
                              turn=turn.index, max_turns=limits.max_turns),
             stage="planner", json_schema=planner_schema(names))
         step = parse_planner_reply(turn.planner.text, names)

@@ -38,9 +38,9 @@ class MemoryEntry(BaseModel):
     error: str | None = None
     verdict: str | None = None
 
-    def render(self, result_chars: int, text_chars: int) -> str:
-        lines = [f"Step {self.turn}: tool={truncate(self.tool or 'none', text_chars)}; "
-                 f"sub-goal: {truncate(self.sub_goal, text_chars)}"]
+    def render(self, result_chars: int, text_chars: int, *, tool_names: bool = True) -> str:
+        tool = f"tool={truncate(self.tool or 'none', text_chars)}; " if tool_names else ""
+        lines = [f"Step {self.turn}: {tool}sub-goal: {truncate(self.sub_goal, text_chars)}"]
         if self.arguments:
             lines.append(f"  input: {truncate(json.dumps(self.arguments, ensure_ascii=False), result_chars // 2)}")
         if self.error:
@@ -61,16 +61,17 @@ class FlowMemory(BaseModel):
         self.entries.append(entry)
 
     def render(self, *, token_budget: int, result_chars: int, text_chars: int,
-               count_tokens: Callable[[str], int] = approx_tokens) -> str:
+               count_tokens: Callable[[str], int] = approx_tokens, tool_names: bool = True) -> str:
         """Render the newest entries that fit in `token_budget`; older ones are summarised as omitted.
 
-        The newest entry is always shown; `result_chars` and `text_chars` bound its size."""
+        The newest entry is always shown; `result_chars` and `text_chars` bound its size. `tool_names=False`
+        leaves out which tool each step used (sub-goals, inputs and results stay)."""
         if not self.entries:
             return "(no steps yet)"
         kept: list[str] = []
         used = 0
         for entry in reversed(self.entries):
-            text = entry.render(result_chars, text_chars)
+            text = entry.render(result_chars, text_chars, tool_names=tool_names)
             cost = count_tokens(text)
             if kept and used + cost > token_budget:
                 break
