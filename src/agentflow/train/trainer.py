@@ -21,6 +21,8 @@ import math
 import random
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +184,20 @@ class Trainer:
     def _rollout_temperature(self) -> float:
         return self.config.rollout_flow_config().roles.planner.sampling.temperature or 1.0
 
+    @contextmanager
+    def _update_threads(self) -> Iterator[None]:
+        """torch's threads for the update (`torch_threads`); on exit, the policy engine's own (`n_threads`).
+
+        torch's thread count is one per process: while rolling out, the policy's engine shares the cores with
+        the other engines (its `n_threads`); the update has them to itself."""
+        if self.config.torch_threads:
+            torch.set_num_threads(self.config.torch_threads)
+        try:
+            yield
+        finally:
+            if self.config.policy.n_threads:
+                torch.set_num_threads(self.config.policy.n_threads)
+
     def _pad_id(self) -> int:
         tok = self.tokenizer
         return tok.pad_token_id if tok.pad_token_id is not None else (tok.eos_token_id or 0)
@@ -209,7 +225,8 @@ class Trainer:
         groups = batch.group_ids()
         update = UpdateBatch(rows=rows, advantages=advantages, row_group=[groups[t] for t in row_traj.tolist()],
                              trajectories=dict(Counter(groups)))
-        metrics.update(self.updater.grpo(update, temperature=self._rollout_temperature(), step=self.step))
+        with self._update_threads():
+            metrics.update(self.updater.grpo(update, temperature=self._rollout_temperature(), step=self.step))
         metrics["lr"] = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         return metrics
@@ -350,7 +367,8 @@ class Trainer:
             self.step += 1
             if cfg.algorithm == "sft":
                 chunk = sft_rows[(self.step - 1) * per_step:self.step * per_step]
-                metrics: dict[str, Any] = self.updater.sft(chunk)
+                with self._update_threads():
+                    metrics: dict[str, Any] = self.updater.sft(chunk)
                 metrics["lr"] = self.scheduler.get_last_lr()[0]
                 self.scheduler.step()
             else:
