@@ -1,7 +1,8 @@
 """How far can the planner take the flow? Held-out accuracy of the training flow with a scripted oracle
-planner (always the right tool, and the sub-goal a good tool input: the person's name, or the expression),
-next to a planner that never names a tool. Everything else (executor, tools, generator, scoring) is the
-flow of the training config, so this bounds what training the planner alone can reach.
+planner (the right tool at every turn, with a sub-goal that names what to do), next to a planner that never
+names a tool, one that uses the right tools in the wrong order and ones that repeat one of them (what an
+untrained planner that always names the same tool does). Everything else (executor, tools, generator,
+scoring) is the flow of the training config, so this bounds what training the planner alone can reach.
 
     python benchmarks/planner_ceiling.py [--config src/agentflow/configs/train_cpu_demo.yaml] [--limit N]
 """
@@ -14,6 +15,7 @@ import json
 import re
 import time
 from collections import defaultdict
+from pathlib import Path
 
 from agentflow.engines.scripted import ScriptedEngine
 from agentflow.flow import Flow
@@ -22,17 +24,29 @@ from agentflow.train.data import default_paths, load_questions
 from agentflow.train.rollout import run_rollouts
 
 
-def oracle(questions):
+def right_tools(question) -> list[str]:
+    return list(question.meta.get("tools") or [question.meta["tool"]])
+
+
+def sub_goal(question, tool: str) -> str:
+    if tool == "wikipedia_search":
+        return question.meta.get("source_title") or question.meta.get("element") or question.question
+    if question.meta.get("kind") == "arithmetic":
+        return "Compute " + question.question.removeprefix("What is ").rstrip("?")
+    return "Compute the answer from the lookup"
+
+
+def scripted(questions, order):
+    """A planner that plays `order(right tools)` turn by turn (the last one again past its end)."""
     by_text = {q.question: q for q in questions}
 
     def reply(messages):
-        text = re.search(r"Question: (.*)", messages[-1]["content"]).group(1).strip()
-        q = by_text[text]
-        if q.meta.get("kind") == "arithmetic":
-            goal = "Compute " + text.removeprefix("What is ").rstrip("?")
-        else:
-            goal = q.meta.get("source_title", text)
-        return json.dumps({"context": "", "sub_goal": goal, "tool_name": q.meta["tool"]})
+        text = messages[-1]["content"]
+        question = by_text[re.search(r"Question: (.*)", text).group(1).strip()]
+        turn = int(re.search(r"Step (\d+) of", text).group(1))
+        tools = order(right_tools(question))
+        tool = tools[min(turn, len(tools)) - 1]
+        return json.dumps({"tool_name": tool, "sub_goal": sub_goal(question, tool), "context": ""})
 
     return ScriptedEngine(reply)
 
@@ -57,14 +71,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--config", default="src/agentflow/configs/train_cpu_demo.yaml")
     parser.add_argument("--limit", type=int, default=None)
-    parser.add_argument("--modes", default="oracle,no_tool")
+    parser.add_argument("--modes", default="oracle,reversed,first_twice,last_twice,no_tool")
+    parser.add_argument("--out", default=None, help="also write the JSON summary here")
     args = parser.parse_args()
     cfg = TrainConfig.from_yaml(args.config)
-    questions = load_questions(cfg.data.eval_path or default_paths()[1], cfg.data)[:args.limit]
-    planners = {"oracle": lambda: oracle(questions),
+    questions = load_questions(cfg.data.eval_path or default_paths(cfg.data.task)[1], cfg.data)[:args.limit]
+    planners = {"oracle": lambda: scripted(questions, lambda tools: tools),
+                "reversed": lambda: scripted(questions, lambda tools: tools[::-1]),
+                "first_twice": lambda: scripted(questions, lambda tools: tools[:1] * 2),
+                "last_twice": lambda: scripted(questions, lambda tools: tools[-1:] * 2),
                 "no_tool": lambda: ScriptedEngine(['{"context": "", "sub_goal": "answer", "tool_name": "none"}'])}
     results = {mode: asyncio.run(measure(cfg, questions, planners[mode]())) for mode in args.modes.split(",")}
     print(json.dumps(results, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps({"config": args.config, **results}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
