@@ -381,3 +381,11 @@ async def test_planner_memory_can_leave_out_the_tool_names(named: bool):
     second = traj.turns[1].planner.messages[1]["content"]
     assert "result: echo: found" in second and ("tool=echo" in second) is named
     assert "tool=echo" in traj.generator.messages[1]["content"]  # the other roles still see it
+
+
+async def test_a_looping_answer_and_sub_goal_are_cut_after_their_first_copy(make_flow):
+    engine = role_engine(planner=[plan("echo", "look it up. " * 10)], executor=['{"query": "x"}'], verifier=[STOP],
+                         generator=["<answer>" + "Seurat was born in 1859. " * 9 + "Seurat was"])
+    traj = await make_flow(engine).asolve("When was Seurat born?")
+    assert traj.answer == "Seurat was born in 1859." and traj.turns[0].sub_goal == "look it up."
+    assert traj.generator.text.count("1859") == 9  # the model's reply itself is recorded as it came

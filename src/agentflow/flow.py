@@ -30,7 +30,7 @@ from agentflow.executor import copied_example, executor_messages, fallback_field
 from agentflow.generator import extract_answer, generator_messages
 from agentflow.memory import FlowMemory, MemoryEntry, truncate
 from agentflow.planner import analysis_messages, parse_planner_reply, planner_messages, planner_schema
-from agentflow.textsafe import clean_text
+from agentflow.textsafe import clean_text, cut_repetition
 from agentflow.tools.base import Tool, ToolContext, create_tool
 from agentflow.trajectory import Failure, LLMCall, ToolCall, Trajectory, Turn
 from agentflow.verifier import VERIFIER_SCHEMA, parse_verdict, verifier_messages
@@ -234,7 +234,7 @@ class Flow:
             traj.analysis = await self._call("planner", analysis_messages(traj.question,
                                                                           self._tool_descriptions(traj, 0)),
                                              stage="analysis")
-            traj.query_analysis = traj.analysis.text.strip()
+            traj.query_analysis = cut_repetition(traj.analysis.text.strip())
             memory.query_analysis = truncate(traj.query_analysis, limits.text_chars)
             emit("analysis", {"text": memory.query_analysis})
         for index in range(1, limits.max_turns + 1):
@@ -266,7 +266,8 @@ class Flow:
                              turn=turn.index, max_turns=limits.max_turns),
             stage="planner", json_schema=planner_schema(names))
         step = parse_planner_reply(turn.planner.text, names)
-        turn.context, turn.sub_goal, turn.tool = step.context, step.sub_goal, step.tool_name or step.raw_tool
+        turn.context, turn.sub_goal = cut_repetition(step.context), cut_repetition(step.sub_goal)
+        turn.tool = step.tool_name or step.raw_tool
         turn.tool_valid = step.tool_name is not None
         emit("plan", {"turn": turn.index, "tool": turn.tool, "valid": turn.tool_valid, "sub_goal": step.sub_goal})
         entry = MemoryEntry(turn=turn.index, sub_goal=step.sub_goal, tool=turn.tool)
@@ -391,5 +392,5 @@ class Flow:
             generator_messages(question=traj.question, analysis=memory.query_analysis, memory=self._render(memory)),
             stage="generator")
         traj.raw_answer = traj.generator.text
-        traj.answer = extract_answer(traj.generator.text)
+        traj.answer = cut_repetition(extract_answer(traj.generator.text))
         emit("answer", {"answer": traj.answer})

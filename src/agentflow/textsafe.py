@@ -26,6 +26,39 @@ MAX_CANDIDATES = 256
 """...and tries at most this many `{`: a reply asked for JSON holds it well before, prose rarely has as many."""
 
 
+_WORD = re.compile(r"\S+\s*")
+MAX_REPEAT_SPAN = 40
+"""Longest repeated run (in words) `cut_repetition` looks for."""
+
+
+def cut_repetition(text: str, *, min_words: int = 6) -> str:
+    """`text` cut after the first copy of a run of words that repeats back to back until the end of the text.
+
+    Small models fall into loops ("The answer is 42. The answer is 42. ...") until max_tokens; the loop adds
+    nothing and buries the answer. A run of p words counts as a loop when it occurs at least
+    max(3, ceil(min_words / p)) times in a row and nothing else follows: the text is cut after its first copy,
+    keeping whatever came before. Text that merely repeats a phrase somewhere in the middle is left as is.
+    Compares words, so it works for any model and language with spaces; cost O(words x MAX_REPEAT_SPAN²) at
+    worst (a few ms for a 2,000-word reply).
+    """
+    words = _WORD.findall(text)
+    keys = [w.rstrip() for w in words]
+    n = len(keys)
+    keep = n  # a loop can be read from any of its rotations: keep the shortest text, up to its first full copy
+    for p in range(1, min(MAX_REPEAT_SPAN, n // 3) + 1):
+        copies = max(3, -(-min_words // p))
+        for tail in range(p):  # the last copy may be cut short by max_tokens: a tail that starts the run again
+            end = n - tail
+            if end - p < 0 or keys[end:] != keys[end - p:end - p + tail]:
+                continue
+            start = end - p
+            while start - p >= 0 and keys[start - p:start] == keys[start:start + p]:
+                start -= p
+            if (end - start) // p >= copies:
+                keep = min(keep, start + p)
+    return "".join(words[:keep]).rstrip() if keep < n else text
+
+
 def clean_text(text: str) -> str:
     """`text` with every lone surrogate replaced by U+FFFD; a surrogate pair split in two code points is joined."""
     if text.isascii():

@@ -1,0 +1,39 @@
+"""Degenerate repetition is cut from model text: any loop of words that runs to the end of a reply."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentflow.textsafe import cut_repetition
+
+
+@pytest.mark.parametrize(("text", "kept"), [
+    ("The answer is 42. " * 8, "The answer is 42."),
+    ("Seurat was born in 1859. He was born in Paris. He was born in Paris. He was born in Paris. He was born",
+     "Seurat was born in 1859. He was born in Paris."),
+    ("1859 1859 1859 1859 1859 1859 1859", "1859"),
+    ("What is 2+2? What is 2+2? What is 2+2? What is", "What is 2+2?"),
+])
+def test_a_loop_that_runs_to_the_end_is_cut_after_its_first_copy(text: str, kept: str) -> None:
+    assert cut_repetition(text) == kept
+
+
+@pytest.mark.parametrize("text", [
+    "",
+    "Paris",
+    "ha ha ha",                                              # short repetition is language, not a loop
+    "He said no, no, no and left the room for good.",        # repetition followed by other text
+    "The sum is 3. The sum is 3. Then the product is 2.",    # repeated in the middle only
+    "1 2 3 4 5 6 7 8 9 10",
+])
+def test_text_without_a_trailing_loop_is_unchanged(text: str) -> None:
+    assert cut_repetition(text) == text
+
+
+def test_long_text_is_cut_quickly() -> None:
+    import time
+
+    text = "word " * 5 + "the loop goes on and on " * 400
+    start = time.perf_counter()
+    assert cut_repetition(text) == "word word word word word the loop goes on and on"
+    assert time.perf_counter() - start < 5  # a guard against quadratic blow-up, not a speed target
