@@ -69,6 +69,25 @@ def test_solve_with_the_bundled_model_writes_a_trajectory(tmp_path):
     assert 1 <= len(record["turns"]) <= 2
     assert record["roles"]["planner"]["model"].startswith("SmolLM2-135M")
     assert all(turn["tool_valid"] for turn in record["turns"])  # constrained decoding: always a real tool
+    assert f"agentflow view {out}" in result.output.replace("\n", "")
+
+
+def test_solve_records_every_run_and_says_how_to_view_it(tmp_path, monkeypatch):
+    from agentflow.flow import Flow
+    from tests.conftest import role_engine
+
+    monkeypatch.setenv("AGENTFLOW_CACHE", str(tmp_path))
+    engine = role_engine(planner=['{"tool_name": "python", "sub_goal": "multiply", "context": ""}'],
+                         executor=['{"code": "print(6*7)"}'], verifier=['{"analysis": "ok", "conclusion": "STOP"}'],
+                         generator=["<answer>42</answer>"])
+    real = Flow.from_config
+    monkeypatch.setattr(Flow, "from_config", lambda config, **kw: real(config, engines={"default": engine}))
+    result = runner.invoke(app, ["solve", "What is 6 * 7?", "--tools", "python"], env={"COLUMNS": "400"})
+    assert result.exit_code == 0, result.output
+    (written,) = (tmp_path / "trajectories").glob("solve-*.json")
+    record = json.loads(written.read_text())
+    assert record["answer"] == "42" and record["turns"][0]["tool_call"]["output"] == "42"
+    assert f"agentflow view {written}" in result.output
 
 
 def test_train_backend_verl_print_config_needs_no_gpu():

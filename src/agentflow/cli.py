@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import shlex
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -105,7 +106,9 @@ class StepPrinter:
 def solve(
     question: Annotated[str, typer.Argument(help="The question to answer.")],
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML flow config.")] = None,
-    trajectory_out: Annotated[Path | None, typer.Option(help="Write the whole trajectory record here (JSON).")] = None,
+    trajectory_out: Annotated[Path | None, typer.Option(
+        help="Write the whole trajectory record here (JSON); default: a new file under the agentflow cache "
+        "(trajectories/), whose path is printed with the command that shows it.")] = None,
     model: Annotated[Path | None, typer.Option(help="GGUF file for the embedded llama.cpp engine.")] = None,
     base_url: Annotated[str | None, typer.Option(help="OpenAI-compatible server for every role (…/v1).")] = None,
     model_name: Annotated[str | None, typer.Option(help="Model name on that server.")] = None,
@@ -131,9 +134,8 @@ def solve(
         trajectory = flow.solve(question, on_event=StepPrinter())
     except AgentFlowError as err:
         raise _fail(str(err)) from None
-    if trajectory_out:
-        trajectory.write(trajectory_out)
-        console.print(f"trajectory written to {trajectory_out}", markup=False)
+    trajectory_out = trajectory_out or _new_trajectory_path()
+    trajectory.write(trajectory_out)
     for failure in trajectory.failures:
         style = "red" if failure.infrastructure else "yellow"
         console.print(f"[{style}]{escape(failure.stage)} {escape(failure.kind)}[/]: "
@@ -141,8 +143,21 @@ def solve(
     usage = trajectory.usage
     console.print(f"[dim]{len(trajectory.turns)} turn(s), stop: {trajectory.stop_reason}, {usage.calls} model calls, "
                   f"{usage.prompt_tokens}+{usage.completion_tokens} tokens, {trajectory.seconds:.1f}s[/]")
+    console.print(f"trajectory written to {trajectory_out}; every step, prompt and reply: "
+                  f"agentflow view {shlex.quote(str(trajectory_out))}", markup=False, highlight=False)
     if trajectory.infrastructure_failure is not None:
         raise typer.Exit(1)
+
+
+def _new_trajectory_path() -> Path:
+    """A fresh file for `solve`'s record: CACHE/trajectories/solve-<UTC time>-<pid>.json."""
+    import datetime
+    import os
+
+    from agentflow.bundled import cache_dir
+
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return cache_dir() / "trajectories" / f"solve-{stamp}-{os.getpid()}.json"
 
 
 @tool_app.command("list")
