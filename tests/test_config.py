@@ -19,8 +19,19 @@ def test_shipped_flow_configs_load(name):
     assert config.roles.planner.engine in config.engines
 
 
-def test_flow_default_yaml_equals_the_defaults():
-    assert FlowConfig.from_yaml(CONFIGS / "flow_default.yaml") == FlowConfig()
+def test_no_config_means_the_bundled_models_flow_and_a_named_model_gets_the_papers():
+    from agentflow.cli import load_config
+    from agentflow.config import bundled_flow_config
+
+    assert load_config(None) == bundled_flow_config() == FlowConfig.from_yaml(CONFIGS / "flow_default.yaml")
+    assert load_config(None, bundled=False) == FlowConfig()
+    paper = FlowConfig()
+    assert paper.query_analysis and paper.verify and paper.limits.max_turns == 3
+
+
+def test_flow_openai_yaml_is_the_papers_flow_on_a_server():
+    config = FlowConfig.from_yaml(CONFIGS / "flow_openai.yaml")
+    assert config.query_analysis and config.verify and config.limits.max_turns >= 3
 
 
 @pytest.mark.parametrize(("raw", "message"), [

@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from agentflow.config import FlowConfig, LlamaCppEngineConfig, OpenAIEngineConfig
+from agentflow.config import FlowConfig, LlamaCppEngineConfig, OpenAIEngineConfig, bundled_flow_config
 from agentflow.errors import AgentFlowError, ConfigError, ToolError
 from agentflow.memory import truncate
 
@@ -52,9 +52,12 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def load_config(path: Path | None) -> FlowConfig:
-    """The config file's flow settings, or the offline defaults."""
-    return FlowConfig.from_yaml(path) if path else FlowConfig()
+def load_config(path: Path | None, *, bundled: bool = True) -> FlowConfig:
+    """The config file's flow settings; without one, the configuration measured best for the bundled model
+    (`bundled`), or the paper's flow for a model the user names (`--model`, `--base-url`)."""
+    if path:
+        return FlowConfig.from_yaml(path)
+    return bundled_flow_config() if bundled else FlowConfig()
 
 
 def apply_overrides(config: FlowConfig, *, model: Path | None = None, base_url: str | None = None,
@@ -126,7 +129,7 @@ def solve(
     if not question.strip():
         raise _fail("the question is empty")
     try:
-        flow_config = apply_overrides(load_config(config), model=model, base_url=base_url, model_name=model_name,
+        flow_config = apply_overrides(load_config(config, bundled=not (model or base_url)), model=model, base_url=base_url, model_name=model_name,
                                       tools=tools, max_turns=max_turns, max_seconds=max_seconds,
                                       tool_timeout=tool_timeout, temperature=temperature)
         flow = Flow.from_config(flow_config)

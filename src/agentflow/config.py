@@ -184,3 +184,15 @@ class FlowConfig(_Strict):
             return cls.model_validate(raw)
         except ValidationError as err:
             raise ConfigError(f"{source}: {err}") from None
+
+
+BUNDLED_FLOW = Path(__file__).parent / "configs" / "flow_default.yaml"
+"""The flow run when no config is given with the bundled model: the settings measured best for it."""
+
+
+def bundled_flow_config() -> FlowConfig:
+    """`flow_default.yaml`: the configuration this project measured best for the bundled 135M model. Code
+    defaults (`FlowConfig()`) are the paper's flow (query analysis, verifier, three turns), the base for any
+    model a user names."""
+    return FlowConfig.from_yaml(BUNDLED_FLOW)
+

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from agentflow.config import FlowConfig
+from agentflow.config import FlowConfig, LimitsConfig, bundled_flow_config
 from agentflow.engines.scripted import ScriptedEngine
 from agentflow.errors import ConfigError
 from agentflow.eval.judge import LLMJudge, VerdictCache
@@ -69,7 +69,7 @@ def test_results_summary_config_and_trajectories(tmp_path: Path) -> None:
 
     config = json.loads((tmp_path / "out" / "config.json").read_text())
     assert config["fingerprint"] == report.fingerprint
-    assert config["identity"]["flow"] == FlowConfig().model_dump(mode="json")
+    assert config["identity"]["flow"] == bundled_flow_config().model_dump(mode="json")  # no config given
     assert config["benchmarks"]["capitals"]["scorer"] == "exact_match"
 
 
@@ -134,9 +134,9 @@ def test_larger_limit_runs_only_the_new_items(tmp_path: Path) -> None:
 def test_changed_config_in_the_same_directory_is_refused(tmp_path: Path) -> None:
     bench = write_bench(tmp_path / "capitals.json", 2)
     run(tmp_path, bench, paris_agent())
-    changed = FlowConfig.from_dict({"limits": {"max_turns": 5}})
+    changed = bundled_flow_config().model_copy(update={"limits": LimitsConfig(max_turns=5)})
     settings = EvalSettings(benches=[str(bench)], out=tmp_path / "out")
-    with pytest.raises(ConfigError, match=r"(?s)different configuration.*flow.limits.max_turns: 3 -> 5"):
+    with pytest.raises(ConfigError, match=r"(?s)different configuration.*flow.limits.max_turns: 1 -> 5"):
         run_eval(settings, console=Console(file=io.StringIO()), solver=paris_agent(), flow_config=changed)
     assert len(lines(tmp_path)) == 2
 

@@ -29,7 +29,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from agentflow.config import FlowConfig
+from agentflow.config import FlowConfig, bundled_flow_config
 from agentflow.errors import ConfigError
 from agentflow.eval.benchmarks import Benchmark, BenchmarkItem, load_benchmark
 from agentflow.eval.judge import JudgeConfig, LLMJudge
@@ -210,7 +210,7 @@ class EvalRun:
         self.console = console or Console(stderr=True)
         self._solver = solver
         self.flow_config = flow_config or (FlowConfig.from_yaml(settings.config) if settings.config
-                                           else FlowConfig())
+                                           else bundled_flow_config())
         if judge is None and settings.judge_config is not None:
             judge = LLMJudge.from_config(JudgeConfig.from_yaml(settings.judge_config))
         self.judge = judge
