@@ -105,7 +105,8 @@ async def test_a_fixed_tool_input_skips_the_executor_and_fills_its_placeholders(
     engine = role_engine(planner=[plan("echo", "the year")], executor=['{"query": "not used"}'],
                          verifier=[STOP], generator=["<answer>a</answer>"])
     config = FlowConfig.from_dict({"tools": {"echo": {"input": {"query": "{question} / {sub_goal} / {kept}"}}}})
-    flow = Flow.from_config(config, engines={"default": engine}, tools={"echo": EchoTool(ToolSettings(**config.tools["echo"]))})
+    echo = EchoTool(ToolSettings(**config.tools["echo"]))
+    flow = Flow.from_config(config, engines={"default": engine}, tools={"echo": echo})
     traj = await flow.asolve("When was Seurat born?")
     turn = traj.turns[0]
     assert turn.executor is None and turn.tool_call.arguments == {"query": "When was Seurat born? / the year / {kept}"}
@@ -143,7 +144,8 @@ async def test_a_copied_worked_example_is_not_used():
     engine = role_engine(planner=[plan("echo", "Seurat birth")], executor=['{"query": "Chopin birth"}'],
                          verifier=[STOP], generator=["<answer>a</answer>"])
     config = FlowConfig.from_dict({"tools": {"echo": {"examples": [example]}}})
-    flow = Flow.from_config(config, engines={"default": engine}, tools={"echo": EchoTool(ToolSettings(**config.tools["echo"]))})
+    echo = EchoTool(ToolSettings(**config.tools["echo"]))
+    flow = Flow.from_config(config, engines={"default": engine}, tools={"echo": echo})
     traj = await flow.asolve("When was Seurat born?")
     executor = traj.turns[0].executor.messages
     assert executor[1]["content"].endswith("Write the JSON input for echo.") and \
@@ -268,7 +270,8 @@ async def test_concurrent_questions_do_not_share_memory(make_flow):
         return json.dumps({"query": re.search(r"Question: (.*)", messages[-1]["content"]).group(1)})
 
     engine = role_engine(planner=[plan("echo")], executor=[executor], verifier=[STOP],
-                         generator=[lambda m: f"<answer>{re.search(r'Question: .*', m[1]['content']).group(0)}</answer>"])
+                         generator=[lambda m: "<answer>" + re.search(r"Question: .*", m[1]["content"]).group(0)
+                                    + "</answer>"])
     flow = make_flow(engine)
     trajs: list[Trajectory] = await asyncio.gather(*(flow.asolve(f"question {i}") for i in range(20)))
     for i, traj in enumerate(trajs):

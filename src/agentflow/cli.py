@@ -129,9 +129,9 @@ def solve(
     if not question.strip():
         raise _fail("the question is empty")
     try:
-        flow_config = apply_overrides(load_config(config, bundled=not (model or base_url)), model=model, base_url=base_url, model_name=model_name,
-                                      tools=tools, max_turns=max_turns, max_seconds=max_seconds,
-                                      tool_timeout=tool_timeout, temperature=temperature)
+        flow_config = apply_overrides(load_config(config, bundled=not (model or base_url)), model=model,
+                                      base_url=base_url, model_name=model_name, tools=tools, max_turns=max_turns,
+                                      max_seconds=max_seconds, tool_timeout=tool_timeout, temperature=temperature)
         flow = Flow.from_config(flow_config)
         console.print(f"[bold]Question:[/] {escape(question.strip())}", highlight=False)
         trajectory = flow.solve(question, on_event=StepPrinter())

@@ -71,7 +71,8 @@ class TransformersEngineConfig(_Strict):
 
     kind: Literal["transformers"] = "transformers"
     model: str | None = Field(None, description="HF checkpoint directory or GGUF file; default: bundled model.")
-    adapter: str | None = Field(None, description="PEFT adapter directory applied on top of `model`.")
+    adapter: str | None = Field(None, description="PEFT adapter directory applied on top of `model`; "
+                                "`bundled:NAME` is one shipped with the package (bundled:lookup_compute).")
     device: str = Field("auto", description="'auto', 'cpu', 'cuda', 'cuda:1', ...")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="'auto' = bfloat16 on CUDA where supported, float32 on CPU.")

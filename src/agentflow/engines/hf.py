@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from agentflow.bundled import bundled_model_path, cache_dir
+from agentflow.bundled import bundled_model_path, cache_dir, resolve_adapter
 from agentflow.config import TransformersEngineConfig
 from agentflow.engines.base import Completion, Engine, Message, SamplingParams
 from agentflow.engines.constrained import SchemaConstraints
@@ -151,9 +151,7 @@ def load_policy(config: TransformersEngineConfig | None = None, *, trainable: bo
     if config.n_threads:
         torch.set_num_threads(config.n_threads)
     source = resolve_model_source(config.model)
-    adapter = Path(config.adapter).expanduser() if config.adapter else None
-    if adapter is not None and not (adapter / "adapter_config.json").is_file():
-        raise ModelNotFoundError(f"{adapter}: not a PEFT adapter directory (no adapter_config.json)")
+    adapter = resolve_adapter(config.adapter) if config.adapter else None
     checkpoint = gguf_checkpoint(source) if source.is_file() else source
     device = resolve_device(config.device)
     dtype = resolve_dtype(config.dtype, device)

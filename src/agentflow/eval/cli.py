@@ -60,7 +60,8 @@ def run(
         "--retry-failed", help="Also re-run items that failed for infrastructure reasons.")] = False,
     data: Annotated[Path | None, typer.Option(help="Data file of gaia or gpqa (not redistributable).")] = None,
     scorer: Annotated[str | None, typer.Option(
-        help="Scorer of a benchmark file: exact_match, f1, math, gameof24, multiple_choice (default: inferred).")
+        help="Scorer of a benchmark file: any registered scorer (`agentflow eval list` shows them; e.g. exact_match, "
+        "f1, cover_em, math, gameof24, multiple_choice); default: inferred from the file.")
     ] = None,
     judge_config: Annotated[Path | None, typer.Option(
         help="YAML of an optional LLM judge (engine + cache); its verdicts are reported beside the scores.")
