@@ -6,9 +6,10 @@ cannot multiply reliably, so a right answer needs `wikipedia_search` first (the 
 The planner must choose the lookup at turn 1 and the computation at turn 2; the outcome reward, broadcast to
 both turns, is what teaches the first choice as well as the second.
 
-One kind of question only: the 135M executor reuses the shape of the one worked program it is shown (in the
-demonstration config) and cannot yet pick the operation a question asks for; measured, it wrote the right
-program for 17 of 40 questions mixing four operations, 40 of 40 with one.
+One kind of question only: the 135M executor cannot pick the operation a question asks for (shown one worked
+program, it wrote the right one for 17 of 40 questions mixing four operations, 40 of 40 with one), and the CPU
+demonstration gives both tools a fixed input (`tools.X.input`) so that the reward depends on the planner's
+choices alone.
 
 Facts: the 86 chemical elements whose summary states "atomic number N". An element is kept only if searching
 the offline index for each of its questions returns its article first (checked at generation time with the
