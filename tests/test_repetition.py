@@ -13,6 +13,8 @@ from agentflow.textsafe import cut_repetition
      "Seurat was born in 1859. He was born in Paris."),
     ("1859 1859 1859 1859 1859 1859 1859", "1859"),
     ("What is 2+2? What is 2+2? What is 2+2? What is", "What is 2+2?"),
+    ("Searches: Marshall McLuhan\n\nSearches: Marshall McLuhan\n\nSearches: Marshall McLuhan\n\nSear",
+     "Searches: Marshall McLuhan"),  # the last copy cut mid-word
 ])
 def test_a_loop_that_runs_to_the_end_is_cut_after_its_first_copy(text: str, kept: str) -> None:
     assert cut_repetition(text) == kept

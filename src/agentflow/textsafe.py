@@ -31,6 +31,11 @@ MAX_REPEAT_SPAN = 40
 """Longest repeated run (in words) `cut_repetition` looks for."""
 
 
+def _starts_run(tail: list[str], run: list[str]) -> bool:
+    """`tail` repeats the start of `run`; its last word may be cut short (max_tokens ends mid-word)."""
+    return tail[:-1] == run[:-1] and (not tail or run[-1].startswith(tail[-1]))
+
+
 def cut_repetition(text: str, *, min_words: int = 6) -> str:
     """`text` cut after the first copy of a run of words that repeats back to back until the end of the text.
 
@@ -49,7 +54,7 @@ def cut_repetition(text: str, *, min_words: int = 6) -> str:
         copies = max(3, -(-min_words // p))
         for tail in range(p):  # the last copy may be cut short by max_tokens: a tail that starts the run again
             end = n - tail
-            if end - p < 0 or keys[end:] != keys[end - p:end - p + tail]:
+            if end - p < 0 or not _starts_run(keys[end:], keys[end - p:end - p + tail]):
                 continue
             start = end - p
             while start - p >= 0 and keys[start - p:start] == keys[start:start + p]:
