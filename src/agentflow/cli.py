@@ -147,7 +147,7 @@ def solve(
     console.print(f"[dim]{len(trajectory.turns)} turn(s), stop: {trajectory.stop_reason}, {usage.calls} model calls, "
                   f"{usage.prompt_tokens}+{usage.completion_tokens} tokens, {trajectory.seconds:.1f}s[/]")
     console.print(f"trajectory written to {trajectory_out}; every step, prompt and reply: "
-                  f"agentflow view {shlex.quote(str(trajectory_out))}", markup=False, highlight=False)
+                  f"agentflow view {shlex.quote(str(trajectory_out))}", markup=False, highlight=False, soft_wrap=True)
     if trajectory.infrastructure_failure is not None:
         raise typer.Exit(1)
 
