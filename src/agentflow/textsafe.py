@@ -29,6 +29,9 @@ MAX_CANDIDATES = 256
 _WORD = re.compile(r"\S+\s*")
 MAX_REPEAT_SPAN = 40
 """Longest repeated run (in words) `cut_repetition` looks for."""
+MAX_REPEAT_WINDOW = 1000
+"""`cut_repetition` looks at the last this many words (a reply cut by max_tokens is far shorter); a longer loop
+is cut where the window starts, so its cost stays a few ms whatever the reply's length."""
 
 
 def _starts_run(tail: list[str], run: list[str]) -> bool:
@@ -43,11 +46,12 @@ def cut_repetition(text: str, *, min_words: int = 6) -> str:
     nothing and buries the answer. A run of p words counts as a loop when it occurs at least
     max(3, ceil(min_words / p)) times in a row and nothing else follows: the text is cut after its first copy,
     keeping whatever came before. Text that merely repeats a phrase somewhere in the middle is left as is.
-    Compares words, so it works for any model and language with spaces; cost O(words x MAX_REPEAT_SPAN²) at
-    worst (a few ms for a 2,000-word reply).
+    Compares words, so it works for any model and language with spaces; it reads the last
+    MAX_REPEAT_WINDOW words only.
     """
     words = _WORD.findall(text)
-    keys = [w.rstrip() for w in words]
+    offset = max(0, len(words) - MAX_REPEAT_WINDOW)  # bounded work on huge replies: look at the last words only
+    keys = [w.rstrip() for w in words[offset:]]
     n = len(keys)
     keep = n  # a loop can be read from any of its rotations: keep the shortest text, up to its first full copy
     for p in range(1, min(MAX_REPEAT_SPAN, n // 3) + 1):
@@ -61,7 +65,7 @@ def cut_repetition(text: str, *, min_words: int = 6) -> str:
                 start -= p
             if (end - start) // p >= copies:
                 keep = min(keep, start + p)
-    return "".join(words[:keep]).rstrip() if keep < n else text
+    return "".join(words[:offset + keep]).rstrip() if keep < n else text
 
 
 def clean_text(text: str) -> str:
