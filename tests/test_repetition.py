@@ -37,4 +37,4 @@ def test_long_text_is_cut_and_a_huge_one_is_bounded() -> None:
     assert cut_repetition(text) == "word word word word word the loop goes on and on"
     huge = "the loop goes on and on " * 20_000  # 120,000 words: only the last MAX_REPEAT_WINDOW are read
     cut = cut_repetition(huge)
-    assert huge.startswith(cut) and len(huge) - len(cut) > 5_000  # the window's loop is gone, one copy kept
+    assert huge.startswith(cut) and len(huge) - len(cut) > 3_900  # the window's ~165 copies gone, one kept
