@@ -101,7 +101,7 @@ async def test_direct_tool_input_skips_the_executor_model():
     assert "executor" not in [role_of(messages) for messages, *_ in engine.calls]
 
 
-async def test_a_fixed_tool_input_skips_the_executor_and_fills_its_placeholders():
+async def test_a_fixed_tool_input_skips_the_executor_and_names_the_question_and_sub_goal():
     engine = role_engine(planner=[plan("echo", "the year")], executor=['{"query": "not used"}'],
                          verifier=[STOP], generator=["<answer>a</answer>"])
     config = FlowConfig.from_dict({"tools": {"echo": {"input": {"query": "{question} / {sub_goal} / {kept}"}}}})

@@ -73,7 +73,7 @@ class ToolSettings(BaseModel):
         "question of a task, e.g. a search whose query is the question itself.")
 
     def fixed_input(self, *, question: str, sub_goal: str) -> dict[str, Any] | None:
-        """`input` with its placeholders filled, or None when the executor writes the input."""
+        """`input` with {question} and {sub_goal} replaced, or None when the executor writes the input."""
         if self.input is None:
             return None
 
