@@ -85,6 +85,19 @@ async def test_sampled_logprobs_match_a_forward_pass_at_temperature(engine: Tran
         assert torch.allclose(torch.tensor(completion.logprobs), expected, atol=1e-4)
 
 
+async def test_the_checkpoints_own_sampling_defaults_never_act(engine: TransformersEngine) -> None:
+    """A checkpoint's generation_config (min_p, repetition penalty, top_k) must not filter rollouts: the
+    trainer recomputes plain tempered log-probs, so anything else would make them disagree."""
+    own = engine.model.generation_config
+    own.min_p, own.repetition_penalty, own.top_k, own.typical_p = 0.3, 1.8, 3, 0.5
+    sampling = SamplingParams(temperature=1.0, max_tokens=12, seed=5)
+    completions = await asyncio.gather(*(engine.generate(ask(p), sampling) for p in ("what is the cat", "why")))
+    for completion in completions:
+        expected = recomputed_logprobs(engine, completion.prompt_token_ids or [], completion.token_ids or [], 1.0)
+        assert torch.allclose(torch.tensor(completion.logprobs), expected, atol=1e-4)
+    assert engine.model.generation_config is own and own.min_p == 0.3  # left as the checkpoint had it
+
+
 async def test_greedy_is_argmax_with_raw_logprobs_and_unaffected_by_batching(engine: TransformersEngine) -> None:
     greedy = SamplingParams(temperature=0.0, max_tokens=8)
     alone = await engine.generate(ask("the dog sat"), greedy)

@@ -444,8 +444,9 @@ class TransformersEngine(Engine):
             was_training = self._model.training
             self._model.eval()
             try:
-                out = self._model.generate(input_ids=input_ids, attention_mask=attention,
-                                           generation_config=config, **extra)
+                with _without_model_defaults(self._model):
+                    out = self._model.generate(input_ids=input_ids, attention_mask=attention,
+                                               generation_config=config, **extra)
             finally:
                 self._model.train(was_training)
             if not seeded:
@@ -512,6 +513,27 @@ class TransformersEngine(Engine):
                         "mask); raw (masked) model log-probs when greedy",
             "json_schema": self.supports_json_schema,
         }
+
+
+@contextlib.contextmanager
+def _without_model_defaults(model: Any) -> Iterator[None]:
+    """Generate with no sampling default of the checkpoint's own `generation_config` (its `min_p`, say).
+
+    transformers fills every field our config leaves unset (None) from the model's generation config; a
+    checkpoint's `min_p` or `top_h` would then act on rollouts but not on the trainer's recomputed log-probs.
+    Only the token ids are kept.
+    """
+    from transformers import GenerationConfig
+
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    own = inner.generation_config
+    inner.generation_config = GenerationConfig(
+        bos_token_id=own.bos_token_id, eos_token_id=own.eos_token_id, pad_token_id=own.pad_token_id,
+        decoder_start_token_id=own.decoder_start_token_id)
+    try:
+        yield
+    finally:
+        inner.generation_config = own
 
 
 def _resolve(request: _Request, result: Completion | Exception) -> None:
