@@ -113,3 +113,22 @@ def test_a_step_whose_rollouts_were_all_excluded_updates_nothing(engine: Transfo
     metrics = updater(engine).grpo(UpdateBatch(rows=[], advantages=torch.tensor([]), row_group=[], trajectories={}),
                                    temperature=1.0, step=1)
     assert metrics["optimizer_steps"] == 0 and metrics["rows"] == 0
+
+
+@pytest.mark.parametrize("mini_batch", [1, None])
+def test_kl_to_the_reference_with_mini_batches_of_unequal_rows(engine: TransformersEngine, mini_batch) -> None:
+    """Regression: reference log-probs were padded per micro-batch of the whole batch and stacked under the
+    mini-batches' grouping ("stack expects each tensor to be equal size")."""
+    from peft import LoraConfig, get_peft_model
+
+    engine._model = get_peft_model(engine.model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
+    rows = [TurnRow(r.trajectory, r.prompt_ids, r.response_ids[:k], r.old_logprobs[:k], schema=SCHEMA)
+            for r, k in zip(sample_rows(engine, 6), (9, 30, 12, 25, 7, 18), strict=True)]  # replies cut short
+    batch = UpdateBatch(rows=rows, advantages=torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0]),
+                        row_group=["q0", "q0", "q1", "q1", "q2", "q2"], trajectories={"q0": 2, "q1": 2, "q2": 2})
+    update = updater(engine, kl_coef=0.1, ppo_mini_batch_size=mini_batch, micro_batch_rows=2)
+    reference = update.ref_logprobs(rows, 1.0)
+    assert [len(t) for t in reference] == [len(r.response_ids) for r in rows]
+    metrics = update.grpo(batch, temperature=1.0, step=1)
+    assert metrics["optimizer_steps"] == (3 if mini_batch else 1)
+    assert metrics["kl_ref"] >= 0.0 and torch.isfinite(torch.tensor(metrics["loss"]))

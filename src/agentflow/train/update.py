@@ -45,6 +45,14 @@ def mini_batch_groups(groups: list[str], size: int | None, *, seed: str) -> list
     return [order[i:i + size] for i in range(0, len(order), size)]
 
 
+def _right_aligned(values: list[torch.Tensor], width: int) -> torch.Tensor:
+    """(rows, width) tensor of per-row values placed at the right end, as `pack_rows` places responses."""
+    out = torch.zeros((len(values), width), dtype=values[0].dtype)
+    for i, v in enumerate(values):
+        out[i, width - v.shape[0]:] = v
+    return out
+
+
 class PolicyUpdater:
     """Runs the update of one step on the trainer's model, optimiser and policy engine."""
 
@@ -74,7 +82,8 @@ class PolicyUpdater:
                 row.allowed = self.policy.allowed_tokens(row.schema, row.response_ids)
 
     def ref_logprobs(self, rows: list[TurnRow], temperature: float) -> list[torch.Tensor]:
-        """Log-probs of every row under the frozen reference (LoRA: adapter disabled), once per batch."""
+        """Log-probs of every row's response tokens under the frozen reference (LoRA: adapter disabled), once
+        per batch: one unpadded (len(response),) tensor per row, since the update groups rows differently."""
         out: list[torch.Tensor | None] = [None] * len(rows)
         if self.ref_model is not None:
             model, ctx = self.ref_model, nullcontext()
@@ -85,7 +94,7 @@ class PolicyUpdater:
                 logprobs, _ = response_logprobs(model, self._pack([rows[i] for i in indices]),
                                                 temperature=temperature, chunked_head=self.chunked_head)
                 for j, i in enumerate(indices):
-                    out[i] = logprobs[j]
+                    out[i] = logprobs[j, logprobs.shape[1] - len(rows[i].response_ids):]
         return [t for t in out if t is not None]
 
     def grpo(self, batch: UpdateBatch, *, temperature: float, step: int) -> dict[str, float]:
@@ -153,7 +162,8 @@ class PolicyUpdater:
             packed = self._pack([rows[i] for i in indices])
             logprobs, entropy = response_logprobs(self.model, packed, temperature=temperature, with_entropy=True,
                                                   chunked_head=self.chunked_head)
-            ref_lp = None if ref is None else torch.stack([ref[i] for i in indices]).to(logprobs.device)
+            ref_lp = None if ref is None else _right_aligned([ref[i] for i in indices], logprobs.shape[1]).to(
+                logprobs.device)
             result = clipped_surrogate_loss(
                 logprobs=logprobs, old_logprobs=packed.old_logprobs,
                 advantages=advantages[indices].to(logprobs.device), mask=packed.response_mask,
