@@ -111,3 +111,17 @@ def test_shipped_tasks_regenerate_identically(task):
     for split, records in splits.items():
         shipped = [json.loads(line) for line in task_path(split, task).read_text().splitlines()]
         assert shipped == records
+
+
+@pytest.mark.parametrize(("n", "batch_size", "seed"), [(280, 6, 6), (7, 3, 5), (10, 4, 0), (5, 5, 2)])
+def test_no_batch_holds_a_question_twice_across_epoch_boundaries(n, batch_size, seed):
+    """Regression: a batch spanning the end of an epoch could draw one question twice, and the step died in
+    the advantage estimator (lookup_compute, batch 6, seed 6, step 47)."""
+    sampler = BatchSampler(_items(n), batch_size=batch_size, seed=seed)
+    per_epoch = n // batch_size
+    for _ in range(3 * per_epoch + 1):
+        ids = [q.id for q in sampler.next_batch()]
+        assert len(ids) == batch_size == len(set(ids))
+    again = BatchSampler(_items(n), batch_size=batch_size, seed=seed)
+    epoch = [q.id for _ in range(per_epoch) for q in again.next_batch()]
+    assert len(epoch) == len(set(epoch)) == per_epoch * batch_size  # each drawn at most once per epoch

@@ -1,8 +1,10 @@
 """Training and held-out questions: loading, and a resumable deterministic batch order.
 
 The batch order is a pure function of (seed, position): epoch e is the permutation of the items drawn by
-`random.Random(seed * 1_000_003 + e)`. A checkpoint stores only `position`, so `--resume` produces exactly
-the batches the killed run would have produced.
+`random.Random(seed * 1_000_003 + e)`, cut into len(items) // batch_size batches; the len(items) % batch_size
+items left at its end are not drawn in that epoch, so a batch never holds a question twice (its G
+trajectories would merge into one group). A checkpoint stores only `position` (items drawn), so `--resume`
+produces exactly the batches the killed run would have produced.
 """
 
 from __future__ import annotations
@@ -111,9 +113,7 @@ class BatchSampler:
         return self._epoch_cache[1]
 
     def next_batch(self) -> list[Question]:
-        batch = []
-        for _ in range(self.batch_size):
-            epoch, offset = divmod(self.position, len(self.items))
-            batch.append(self.items[self._order(epoch)[offset]])
-            self.position += 1
-        return batch
+        epoch, index = divmod(self.position // self.batch_size, len(self.items) // self.batch_size)
+        start = index * self.batch_size
+        self.position += self.batch_size
+        return [self.items[i] for i in self._order(epoch)[start:start + self.batch_size]]
