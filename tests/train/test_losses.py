@@ -102,11 +102,23 @@ def test_weights_count_every_trajectory_of_the_batch_not_only_the_rows_kept():
     lengths, trajectory = torch.tensor([2, 2, 2, 2]), torch.tensor([0, 1, 2, 3])
     full = row_weights("trajectory_turn_token_mean", response_lengths=lengths, row_trajectory=trajectory)
     kept = row_weights("trajectory_turn_token_mean", response_lengths=lengths[:1], row_trajectory=trajectory[:1],
-                       trajectories=4)
+                       row_group_size=torch.tensor([4]))
     assert kept.item() == pytest.approx(full[0].item()) == pytest.approx(1 / 8)
-    with pytest.raises(ValueError, match="trajectories=1 but the rows come from 2"):
+    with pytest.raises(ValueError, match="row_group_size"):
         row_weights("trajectory_turn_token_mean", response_lengths=lengths[:2], row_trajectory=trajectory[:2],
-                    trajectories=1)
+                    row_group_size=torch.tensor([0, 4]))
+
+
+def test_after_exclusions_every_question_weighs_the_same_as_in_the_paper():
+    """1/B sum_q 1/G_q sum_i ...: question q0 kept 3 of its trajectories (one excluded), q1 all 4; each
+    trajectory of q0 weighs 1/(2*3), each of q1 1/(2*4), so both questions weigh 1/2 (not 3/7 and 4/7 as
+    with one normaliser over all trajectories)."""
+    lengths, trajectory = torch.ones(7), torch.arange(7)
+    sizes = torch.tensor([3.0] * 3 + [4.0] * 4)
+    weights = row_weights("trajectory_turn_token_mean", response_lengths=lengths, row_trajectory=trajectory,
+                          row_group_size=sizes, groups=2)
+    assert weights[:3].sum().item() == pytest.approx(0.5) and weights[3:].sum().item() == pytest.approx(0.5)
+    assert weights[0].item() == pytest.approx(1 / 6) and weights[3].item() == pytest.approx(1 / 8)
 
 
 @pytest.mark.parametrize("aggregation", ["trajectory_turn_token_mean", "token_mean", "seq_mean_token_mean"])

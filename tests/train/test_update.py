@@ -132,3 +132,26 @@ def test_kl_to_the_reference_with_mini_batches_of_unequal_rows(engine: Transform
     metrics = update.grpo(batch, temperature=1.0, step=1)
     assert metrics["optimizer_steps"] == (3 if mini_batch else 1)
     assert metrics["kl_ref"] >= 0.0 and torch.isfinite(torch.tensor(metrics["loss"]))
+
+
+def test_update_weighs_rows_over_the_whole_mini_batch_before_dropping_zero_advantages(engine, monkeypatch) -> None:
+    """The weights of the rows that carry a gradient are those they have among all rows of their mini-batch
+    (a question without signal still counts in B), with G_q the question's scored trajectories: q0 kept
+    3 (one excluded), q1 2, q2 (no signal) 2."""
+    rows = sample_rows(engine, 7)
+    update = updater(engine)
+    captured: list[torch.Tensor] = []
+    step = update._optimizer_step
+
+    def spy(kept_rows, advantages, weights, *args):
+        captured.append(weights.clone())
+        return step(kept_rows, advantages, weights, *args)
+
+    monkeypatch.setattr(update, "_optimizer_step", spy)
+    batch = UpdateBatch(rows=rows, advantages=torch.tensor([1.0, -0.5, -0.5, 1.0, -1.0, 0.0, 0.0]),
+                        row_group=["q0"] * 3 + ["q1"] * 2 + ["q2"] * 2, trajectories={"q0": 3, "q1": 2, "q2": 2})
+    update.grpo(batch, temperature=1.0, step=1)
+    (weights,) = captured
+    lengths = torch.tensor([len(r.response_ids) for r in rows[:5]], dtype=torch.float32)
+    expected = 1.0 / (3 * torch.tensor([3.0, 3, 3, 2, 2]) * lengths)  # B = 3 questions, one turn each
+    assert torch.allclose(weights, expected)

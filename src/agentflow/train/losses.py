@@ -5,8 +5,10 @@ All tensors are (rows, tokens) with a 0/1 `mask` of response tokens; `advantages
 planner turn. The loss is a weighted sum of per-token terms, sum_r w_r sum_t loss[r, t], with row weights
 from the aggregation (`row_weights`):
 
-- `trajectory_turn_token_mean` (the paper's Flow-GRPO objective, the default): 1 / (G * T_i * |a|): every
-  trajectory weighs the same whatever its number of turns T_i, every turn of it the same whatever its length.
+- `trajectory_turn_token_mean` (the paper's Flow-GRPO objective, the default): 1 / (B * G_q * T_i * |a|):
+  every question of the B weighs the same, every trajectory of its G_q the same whatever its number of turns
+  T_i, every turn of it the same whatever its length. When trajectories were excluded (infrastructure
+  failures), G_q counts the question's scored trajectories, so a question that lost some keeps its weight.
 - `token_mean`: 1 / (all tokens): a trajectory weighs by its token count (DAPO).
 - `seq_mean_token_mean`: 1 / (rows * |a|): a trajectory weighs by its number of turns (original GRPO per turn).
 
@@ -63,12 +65,12 @@ class LossOutput:
 
 
 def row_weights(aggregation: str, *, response_lengths: torch.Tensor, row_trajectory: torch.Tensor | None = None,
-                trajectories: int | None = None) -> torch.Tensor:
+                row_group_size: torch.Tensor | None = None, groups: int = 1) -> torch.Tensor:
     """(rows,) weight of each row's token sum in the loss (see the module docstring).
 
-    `response_lengths`: tokens per row; `row_trajectory`: the trajectory index of each row, and
-    `trajectories` the number of trajectories (G summed over the batch's questions; default: those that
-    appear in `row_trajectory`), both needed for `trajectory_turn_token_mean`.
+    `response_lengths`: tokens per row. For `trajectory_turn_token_mean`: `row_trajectory`, the trajectory
+    index of each row; `row_group_size`, G_q of each row's question (scored trajectories, whether or not all
+    their rows are passed; default: one question holding the trajectories that appear); `groups`, B.
     """
     lengths = response_lengths.to(torch.float64)
     if (lengths <= 0).any():
@@ -82,10 +84,12 @@ def row_weights(aggregation: str, *, response_lengths: torch.Tensor, row_traject
             raise ValueError("trajectory_turn_token_mean needs row_trajectory")
         ids, turns_of_row = torch.unique(row_trajectory, return_inverse=True)
         turns = torch.bincount(turns_of_row).to(torch.float64)[turns_of_row]
-        count = trajectories if trajectories is not None else ids.numel()
-        if count < ids.numel():
-            raise ValueError(f"trajectories={count} but the rows come from {ids.numel()} trajectories")
-        weights = 1.0 / (count * turns * lengths)
+        if row_group_size is None:
+            row_group_size = torch.full_like(lengths, float(ids.numel()))
+        if row_group_size.shape != lengths.shape or (row_group_size < 1).any() or groups < 1:
+            raise ValueError(f"row_group_size must be (rows,) counts >= 1 and groups >= 1, got "
+                             f"{tuple(row_group_size.shape)} and {groups}")
+        weights = 1.0 / (groups * row_group_size.to(torch.float64) * turns * lengths)
     else:
         raise ValueError(f"unknown loss aggregation {aggregation!r}; known: {', '.join(AGGREGATIONS)}")
     return weights.to(torch.float32)

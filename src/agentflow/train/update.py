@@ -121,8 +121,9 @@ class PolicyUpdater:
                     continue
                 lengths = torch.tensor([len(rows[i].response_ids) for i in indices])
                 trajectory = torch.tensor([rows[i].trajectory for i in indices])
+                group_size = torch.tensor([batch.trajectories[batch.row_group[i]] for i in indices])
                 weights = row_weights(cfg.loss_aggregation, response_lengths=lengths, row_trajectory=trajectory,
-                                      trajectories=sum(batch.trajectories[g] for g in chunk))
+                                      row_group_size=group_size, groups=len(chunk))
                 advantages = batch.advantages[indices]
                 keep = list(range(len(indices))) if cfg.kl_coef > 0 else \
                     (advantages != 0).nonzero().flatten().tolist()  # zero advantage, no KL: zero gradient
