@@ -56,3 +56,17 @@ def test_rollout_and_eval_overrides_apply_to_copies():
     assert rollout.roles.planner.sampling.max_tokens == 30
     assert cfg.eval_flow_config().roles.planner.sampling.temperature == 0.0
     assert cfg.flow.roles.planner.sampling.temperature == 1.0  # the config itself is untouched
+
+
+def test_defaults_are_the_papers_credit_and_normalisation():
+    cfg = TrainConfig()
+    assert cfg.advantage == "grpo_trajectory"  # one advantage per trajectory, broadcast to its turns
+    assert cfg.loss_aggregation == "trajectory_turn_token_mean"  # 1/B 1/G_q 1/T_i 1/|a|
+
+
+def test_nucleus_sampling_is_refused_for_training_only():
+    nucleus = {"flow": {"engines": {"policy": {"kind": "transformers"}, "default": {"kind": "llamacpp"}},
+                        "roles": {"planner": {"engine": "policy", "sampling": {"top_p": 0.9}}}}}
+    with pytest.raises(ConfigError, match="training needs top_p = 1"):
+        TrainConfig.from_dict(nucleus)
+    assert TrainConfig.from_dict({**nucleus, "algorithm": "frozen"}).algorithm == "frozen"
