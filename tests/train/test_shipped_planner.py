@@ -27,8 +27,8 @@ def test_bundled_adapters_resolve_and_unknown_names_list_the_shipped_ones() -> N
 
 @pytest.mark.slow
 def test_the_shipped_planner_looks_up_then_computes_where_the_frozen_one_does_not() -> None:
-    from agentflow.train.data import default_paths, load_questions
     from agentflow.train.config import DataSettings
+    from agentflow.train.data import default_paths, load_questions
 
     questions = load_questions(default_paths("lookup_compute")[1], DataSettings())[:4]
 
