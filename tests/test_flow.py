@@ -15,7 +15,7 @@ from agentflow.errors import ConfigError, EngineContextOverflowError, EngineServ
 from agentflow.flow import Flow
 from agentflow.tools.base import ToolSettings
 from agentflow.trajectory import Trajectory
-from tests.conftest import EchoTool, role_engine, role_of
+from tests.conftest import AskTool, EchoTool, role_engine, role_of
 
 
 def plan(tool: str, sub_goal: str = "look it up") -> str:
@@ -392,3 +392,44 @@ async def test_a_looping_answer_and_sub_goal_are_cut_after_their_first_copy(make
     traj = await make_flow(engine).asolve("When was Seurat born?")
     assert traj.answer == "Seurat was born in 1859." and traj.turns[0].sub_goal == "look it up."
     assert traj.generator.text.count("1859") == 9  # the model's reply itself is recorded as it came
+
+
+def stopping_flow(engine, **settings) -> Flow:
+    tools = [EchoTool(), AskTool()]
+    config = FlowConfig.from_dict({"tools": {t.name: {} for t in tools}, "planner_stop": True,
+                                   "limits": {"max_turns": 3}, **settings})
+    return Flow.from_config(config, engines={"default": engine}, tools={t.name: t for t in tools})
+
+
+async def test_the_planners_stop_action_ends_the_loop_after_the_tools_it_needed():
+    engine = role_engine(analysis=["a"], planner=[plan("echo"), plan("answer", "done")],
+                         executor=['{"query": "Seurat"}'], verifier=[CONTINUE], generator=["<answer>1859</answer>"])
+    traj = await stopping_flow(engine).asolve("When was Seurat born?")
+    assert traj.stop_reason == "planner_stop" and traj.answer == "1859"
+    assert [t.tool for t in traj.turns] == ["echo", "answer"] and traj.turns[1].tool_valid
+    stop = traj.turns[1]
+    assert stop.tool_call is None and stop.executor is None and stop.verifier is None and stop.verdict is None
+    assert len(traj.planner_calls()) == 2  # the stop is a planner decision: a training row like any other
+    schema = [s for m, _, s in engine.calls if role_of(m) == "planner"][0]
+    assert schema["properties"]["tool_name"]["enum"] == ["echo", "ask", "answer"]
+    menu = traj.turns[0].planner.messages[1]["content"]
+    assert "- answer: stop using tools" in menu
+    generator_prompt = traj.generator.messages[1]["content"]
+    assert "echo: Seurat" in generator_prompt and "done" not in generator_prompt  # memory: the tool's step only
+
+
+async def test_stopping_at_turn_one_answers_with_no_tool_and_without_the_switch_answer_is_no_action():
+    engine = role_engine(analysis=["a"], planner=[plan("answer")], verifier=[CONTINUE],
+                         generator=["<answer>x</answer>"])
+    traj = await stopping_flow(engine, verify=False).asolve("q")
+    assert [t.tool for t in traj.turns] == ["answer"] and traj.stop_reason == "planner_stop"
+    assert traj.failures == []
+    plain = role_engine(analysis=["a"], planner=[plan("answer")], verifier=[STOP], generator=["<answer>x</answer>"])
+    traj = await Flow.from_config(FlowConfig.from_dict({"tools": {"echo": {}}, "limits": {"max_turns": 1}}),
+                                  engines={"default": plain}, tools={"echo": EchoTool()}).asolve("q")
+    assert not traj.turns[0].tool_valid and [f.kind for f in traj.failures] == ["invalid_tool"]
+
+
+def test_a_tool_named_like_the_stop_action_is_refused():
+    with pytest.raises(ConfigError, match="planner_stop offers the action 'answer'"):
+        FlowConfig.from_dict({"tools": {"answer": {}}, "planner_stop": True})

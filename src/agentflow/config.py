@@ -133,6 +133,11 @@ def _default_tools() -> dict[str, dict[str, Any]]:
     return {"python": {}, "wikipedia_search": {}, "base_generator": {}}
 
 
+STOP_ACTION = "answer"
+"""The planner's action that ends the turn loop (`FlowConfig.planner_stop`)."""
+STOP_DESCRIPTION = "stop using tools: memory holds what the question needs; the final answer is written now"
+
+
 class FlowConfig(_Strict):
     """Everything a flow needs. The defaults run offline on the bundled model."""
 
@@ -161,6 +166,11 @@ class FlowConfig(_Strict):
         False, description="Show the planner its tool menu in a shuffled order, fixed per question, run variant "
         "and turn. Small models tend to pick the first tool listed; shuffling removes that position bias and "
         "lets a trained planner explore every tool.")
+    planner_stop: bool = Field(
+        False, description="Offer the planner one more action besides the tools, `answer` (`STOP_ACTION`): the "
+        "turn loop ends there and the generator answers from memory. A question that needs one tool can then "
+        "stop after one, decided by the planner itself (the trainable policy) instead of the verifier. At turn 1 "
+        "it answers with no tool at all.")
     direct_tool_input: bool = Field(
         False, description="Skip the executor model for tools with one main text field (python: task, "
         "wikipedia_search: query, ...): the planner's sub-goal is that field. One model call less per turn; "
@@ -174,6 +184,9 @@ class FlowConfig(_Strict):
                                   f"engines ({', '.join(self.engines) or 'none'})")
         if not self.tools and not self.mcp_servers:
             raise ConfigError("no tools enabled")
+        if self.planner_stop and STOP_ACTION in self.tools:
+            raise ConfigError(f"planner_stop offers the action {STOP_ACTION!r}: a tool of that name would be "
+                              "unreachable; rename the tool")
 
     @classmethod
     def from_yaml(cls, path: str | Path) -> FlowConfig:

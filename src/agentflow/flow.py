@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from agentflow.clock import QuestionClock, question_clock, run_within
-from agentflow.config import FlowConfig, RoleConfig
+from agentflow.config import STOP_ACTION, STOP_DESCRIPTION, FlowConfig, RoleConfig
 from agentflow.engines import Engine, Message, build_engine
 from agentflow.errors import (
     AgentFlowError,
@@ -152,12 +152,16 @@ class Flow:
             call.seconds = time.perf_counter() - start
         return call
 
+    def _actions(self) -> list[str]:
+        """What the planner may name: the tools, and `answer` with `planner_stop`."""
+        return [*self.tools, STOP_ACTION] if self.config.planner_stop else list(self.tools)
+
     def _tool_descriptions(self, traj: Trajectory, turn: int) -> dict[str, str]:
-        """The planner's tool menu; with `shuffle_tools`, in an order fixed by (question, variant, turn)."""
-        names = list(self.tools)
+        """The planner's menu; with `shuffle_tools`, in an order fixed by (question, variant, turn)."""
+        names = self._actions()
         if self.config.shuffle_tools:
             random.Random(f"{traj.question}\x00{traj.variant}\x00{turn}").shuffle(names)
-        return {name: self.tools[name].description for name in names}
+        return {name: self.tools[name].description if name in self.tools else STOP_DESCRIPTION for name in names}
 
     async def asolve(self, question: str, *, on_event: EventHandler | None = None, variant: int = 0) -> Trajectory:
         """Answer one question. Engine and tool failures are recorded in the trajectory, not raised.
@@ -248,6 +252,9 @@ class Flow:
             if turn.verdict == "STOP":
                 traj.stop_reason = "verifier_stop"
                 return
+            if self.config.planner_stop and turn.tool == STOP_ACTION:
+                traj.stop_reason = "planner_stop"
+                return
         traj.stop_reason = "max_turns"
 
     def _render(self, memory: FlowMemory, *, tool_names: bool = True) -> str:
@@ -257,7 +264,7 @@ class Flow:
 
     async def _turn(self, turn: Turn, traj: Trajectory, memory: FlowMemory, emit: EventHandler) -> None:
         limits = self.config.limits
-        names = list(self.tools)
+        names = self._actions()
         turn.planner = await self._call(
             "planner",
             planner_messages(question=traj.question, analysis=memory.query_analysis,
@@ -270,6 +277,8 @@ class Flow:
         turn.tool = step.tool_name or step.raw_tool
         turn.tool_valid = step.tool_name is not None
         emit("plan", {"turn": turn.index, "tool": turn.tool, "valid": turn.tool_valid, "sub_goal": step.sub_goal})
+        if self.config.planner_stop and step.tool_name == STOP_ACTION:
+            return  # the planner's own stop: no tool, no verdict, nothing new in memory
         entry = MemoryEntry(turn=turn.index, sub_goal=step.sub_goal, tool=turn.tool)
         if step.tool_name is None:
             message = (f"planner named no valid tool (wrote {step.raw_tool!r}); "

@@ -102,7 +102,7 @@ class Trajectory(BaseModel):
     analysis: LLMCall | None = None
     turns: list[Turn] = Field(default_factory=list)
     generator: LLMCall | None = None
-    stop_reason: Literal["verifier_stop", "max_turns", "timeout", "error"] | None = None
+    stop_reason: Literal["verifier_stop", "planner_stop", "max_turns", "timeout", "error"] | None = None
     failures: list[Failure] = Field(default_factory=list, description="Every failure, of every stage.")
     roles: dict[str, dict[str, Any]] = Field(default_factory=dict, description="Engine and sampling per role.")
     tools: list[str] = Field(default_factory=list)

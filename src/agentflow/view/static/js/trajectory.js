@@ -199,7 +199,11 @@ export function renderTrajectory(t, known = null) {
       { class: "meta-strip" },
       chip(
         `stop: ${t.stop_reason || "?"}`,
-        t.stop_reason === "verifier_stop" ? "neutral" : t.stop_reason === "error" ? "bad" : "warn",
+        ["verifier_stop", "planner_stop"].includes(t.stop_reason)
+          ? "neutral"
+          : t.stop_reason === "error"
+            ? "bad"
+            : "warn",
       ),
       h("span", null, `${turns.length} turn(s)`),
       h("span", null, `${int(usage.calls)} model calls`),
