@@ -397,7 +397,7 @@ async def test_a_looping_answer_and_sub_goal_are_cut_after_their_first_copy(make
 def stopping_flow(engine, **settings) -> Flow:
     tools = [EchoTool(), AskTool()]
     config = FlowConfig.from_dict({"tools": {t.name: {} for t in tools}, "planner_stop": True,
-                                   "limits": {"max_turns": 3}, **settings})
+                                   "limits": {"max_turns": 3, "plan_chars": 60}, **settings})
     return Flow.from_config(config, engines={"default": engine}, tools={t.name: t for t in tools})
 
 
@@ -412,6 +412,7 @@ async def test_the_planners_stop_action_ends_the_loop_after_the_tools_it_needed(
     assert len(traj.planner_calls()) == 2  # the stop is a planner decision: a training row like any other
     schema = [s for m, _, s in engine.calls if role_of(m) == "planner"][0]
     assert schema["properties"]["tool_name"]["enum"] == ["echo", "ask", "answer"]
+    assert schema["properties"]["sub_goal"]["maxLength"] == 60  # limits.plan_chars
     menu = traj.turns[0].planner.messages[1]["content"]
     assert "- answer: stop using tools" in menu
     generator_prompt = traj.generator.messages[1]["content"]

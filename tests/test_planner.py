@@ -90,3 +90,8 @@ def test_a_long_run_of_newlines_is_parsed_in_linear_time(run):
 def test_key_value_lines_still_allow_markup_around_the_key():
     step = parse_planner_reply("**Tool:** python\n- *Sub-goal*: add 2 and 3", TOOLS)
     assert (step.tool_name, step.sub_goal) == ("python", "add 2 and 3")
+
+
+def test_schema_bounds_sub_goal_and_context_so_a_reply_fits_its_token_budget():
+    schema = planner_schema(TOOLS, text_chars=40)
+    assert schema["properties"]["sub_goal"]["maxLength"] == schema["properties"]["context"]["maxLength"] == 40

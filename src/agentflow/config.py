@@ -120,6 +120,10 @@ class LimitsConfig(_Strict):
     tool_timeout_s: float = Field(30.0, gt=0, description="Wall-clock budget of one tool call.")
     memory_tokens: int = Field(768, ge=64, description="Token budget of memory rendered into a prompt.")
     result_chars: int = Field(600, ge=50, description="Characters of a tool result kept in rendered memory.")
+    plan_chars: int = Field(
+        150, ge=1, description="Longest sub-goal and longest context the planner's JSON schema allows. A reply "
+        "decoded under the schema then fits in about 2 * plan_chars + 30 tokens: a planner max_tokens at least "
+        "that large never cuts the reply inside its JSON.")
     text_chars: int = Field(
         2000, ge=50, description="Characters of one model-written text (query analysis, sub-goal, context, tool "
         "name) shown in a later prompt; the trajectory keeps it whole.")

@@ -271,7 +271,7 @@ class Flow:
                              tool_descriptions=self._tool_descriptions(traj, turn.index),
                              memory=self._render(memory, tool_names=self.config.planner_memory_tools),
                              turn=turn.index, max_turns=limits.max_turns),
-            stage="planner", json_schema=planner_schema(names))
+            stage="planner", json_schema=planner_schema(names, text_chars=limits.plan_chars))
         step = parse_planner_reply(turn.planner.text, names)
         turn.context, turn.sub_goal = cut_repetition(step.context), cut_repetition(step.sub_goal)
         turn.tool = step.tool_name or step.raw_tool

@@ -60,16 +60,17 @@ def planner_messages(*, question: str, analysis: str, tool_descriptions: dict[st
     return [{"role": "system", "content": PLANNER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
-def planner_schema(tool_names: list[str]) -> dict[str, Any]:
-    """JSON schema of a planner reply; `tool_name` is restricted to the enabled tools."""
+def planner_schema(tool_names: list[str], *, text_chars: int = 150) -> dict[str, Any]:
+    """JSON schema of a planner reply; `tool_name` is restricted to the enabled tools, sub-goal and context to
+    `text_chars` characters each (`limits.plan_chars`)."""
     return {
         "type": "object",
         # The action first: a reply cut off by max_tokens still names a valid tool and, most often, its
         # sub-goal; the context (what the tool should know) is the part a cut costs least.
         "properties": {
             "tool_name": {"type": "string", "enum": list(tool_names)},
-            "sub_goal": {"type": "string", "maxLength": 150},
-            "context": {"type": "string", "maxLength": 150},
+            "sub_goal": {"type": "string", "maxLength": text_chars},
+            "context": {"type": "string", "maxLength": text_chars},
         },
         "required": ["tool_name", "sub_goal", "context"],
         "additionalProperties": False,
