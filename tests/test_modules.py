@@ -70,6 +70,20 @@ def test_executor_sees_the_tools_worked_examples_as_prior_exchanges():
     assert "What nationality was Chopin?" in messages[-1]["content"]
 
 
+def test_a_configured_example_shows_the_earlier_steps_it_used():
+    from agentflow.executor import executor_messages
+    from agentflow.tools.base import create_tool
+
+    example = {"question": "What is the atomic number of helium times 6?", "sub_goal": "Multiply it by 6",
+               "steps": "1. sub-goal: helium\n   result: Helium has atomic number 2.",
+               "input": {"code": "print(2 * 6)"}}
+    tool = create_tool("python", {"examples": [example]})
+    messages = executor_messages(question="q", context="", sub_goal="g", tool=tool, text_chars=2000, steps="")
+    shown = messages[1]["content"]
+    assert shown.startswith("Steps so far:\n1. sub-goal: helium") and "Sub-goal: Multiply it by 6" in shown
+    assert "Steps so far" not in messages[-1]["content"]  # this call had no earlier steps
+
+
 @pytest.mark.parametrize("name", ["python", "wikipedia_search", "base_generator", "web_search"])
 def test_every_worked_example_is_a_valid_executor_reply(name):
     from agentflow.tools.base import create_tool

@@ -54,7 +54,7 @@ def executor_messages(*, question: str, context: str, sub_goal: str, tool: Tool,
 
     messages: list[Message] = [{"role": "system", "content": system}]
     for example in tool.worked_examples():
-        messages += [{"role": "user", "content": task(example.question, "", example.sub_goal)},
+        messages += [{"role": "user", "content": task(example.question, "", example.sub_goal, example.steps)},
                      {"role": "assistant", "content": json.dumps(example.input, ensure_ascii=False)}]
     messages.append({"role": "user", "content": task(question, truncate(context, text_chars),
                                                       truncate(sub_goal, text_chars), steps)})

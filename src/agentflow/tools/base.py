@@ -56,6 +56,8 @@ class ToolExample(BaseModel):
     question: str
     sub_goal: str
     input: dict[str, Any]
+    steps: str = Field("", description="What the executor is shown of earlier steps in this example (with "
+                       "`executor_memory`): how a call uses a result found before it.")
 
 
 class ToolSettings(BaseModel):
