@@ -70,3 +70,16 @@ def test_nucleus_sampling_is_refused_for_training_only():
     with pytest.raises(ConfigError, match="training needs top_p = 1"):
         TrainConfig.from_dict(nucleus)
     assert TrainConfig.from_dict({**nucleus, "algorithm": "frozen"}).algorithm == "frozen"
+
+
+def test_flow_may_be_a_flow_file_beside_the_training_config(tmp_path):
+    (tmp_path / "flow.yaml").write_text("engines: {policy: {kind: transformers}, helper: {kind: llamacpp}}\n"
+                                        "roles: {planner: {engine: policy}, executor: {engine: helper}, "
+                                        "verifier: {engine: helper}, generator: {engine: helper}, "
+                                        "tools: {engine: helper}}\nplanner_stop: true\n")
+    (tmp_path / "train.yaml").write_text("flow: flow.yaml\nmax_steps: 2\n")
+    cfg = TrainConfig.from_yaml(tmp_path / "train.yaml")
+    assert cfg.flow.planner_stop and cfg.policy_engine_name == "policy"
+    (tmp_path / "bad.yaml").write_text("flow: missing.yaml\n")
+    with pytest.raises(ConfigError, match="flow file not found"):
+        TrainConfig.from_yaml(tmp_path / "bad.yaml")

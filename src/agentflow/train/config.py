@@ -95,7 +95,8 @@ class TrainConfig(_Strict):
     flow: FlowConfig = Field(
         default_factory=_default_train_flow,
         description="The flow the planner learns inside (engines of the other roles, tools, limits). The "
-        "planner role's engine must be a `transformers` engine: it is the trainable policy.")
+        "planner role's engine must be a `transformers` engine: it is the trainable policy. In a YAML file, "
+        "`flow: FILE` reads it from a flow config file beside the training config.")
     lora: LoraSettings = Field(default_factory=LoraSettings, description="LoRA adapters (the `lora.*` keys).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward: less memory, "
                                          "about 30% more update time.")
@@ -226,8 +227,15 @@ class TrainConfig(_Strict):
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> TrainConfig:
+        """Read a training config; `flow: FILE` names a flow config (relative to this file's folder) to train
+        in, so the flow that is trained and the flow that is evaluated are one file."""
         raw = read_yaml_mapping(path)
         raw.update({k: v for k, v in overrides.items() if v is not None})
+        if isinstance(raw.get("flow"), str):
+            flow_path = Path(path).parent / raw["flow"]
+            if not flow_path.is_file():
+                raise ConfigError(f"{path}: flow file not found: {flow_path}")
+            raw["flow"] = read_yaml_mapping(flow_path)
         return cls.from_dict(raw, source=str(path))
 
     @classmethod
