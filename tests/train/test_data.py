@@ -88,6 +88,32 @@ def test_lookup_compute_needs_two_tools_and_shares_no_element_with_training():
         assert q.answer == str(expected) and f"atomic number of {name}" in q.question
 
 
+def test_mixed_needs_a_plan_per_kind_and_shares_no_element_or_phrasing_with_training():
+    from agentflow.train.tasks.mixed import PLANS
+
+    train = load_questions(task_path("train", "mixed"), DataSettings())
+    heldout = load_questions(task_path("heldout", "mixed"), DataSettings())
+    assert len(heldout) >= 300
+    for split in (train, heldout):
+        kinds = {kind: sum(q.meta["kind"] == kind for q in split) for kind in PLANS}
+        assert min(kinds.values()) >= 0.3 * len(split)  # about a third each
+    assert len({tuple(plan) for plan in PLANS.values()}) == 3  # no tool sequence is right for two kinds
+    assert not {q.meta.get("element") for q in train} & {q.meta.get("element") for q in heldout} - {None}
+    assert not {q.meta["template"] for q in train} & {q.meta["template"] for q in heldout}
+    assert not {q.question for q in train} & {q.question for q in heldout}
+    for q in train + heldout:
+        assert q.meta["tools"] == PLANS[q.meta["kind"]] and q.reward == "cover_em"
+        numbers = [int(n) for n in re.findall(r"\d+", q.question)]
+        if q.meta["kind"] == "compute":
+            expected = sum(numbers) if len(numbers) == 3 else numbers[0] * numbers[1]
+        else:
+            name = q.meta["element"].split(" (")[0].lower()
+            assert name in q.question.lower()
+            expected = q.meta["atomic_number"] * (numbers[0] if q.meta["kind"] == "lookup_compute" else 1)
+            assert len(numbers) == (q.meta["kind"] == "lookup_compute")
+        assert q.answer == str(expected)
+
+
 def test_cover_em_accepts_the_gold_inside_a_sentence_only_as_whole_tokens():
     score = get_scorer("cover_em")
     assert score("Georgy Zhukov was a Soviet military leader.", "Soviet").correct
@@ -95,7 +121,7 @@ def test_cover_em_accepts_the_gold_inside_a_sentence_only_as_whole_tokens():
     assert not score("6873 * 683", "4694259").correct
 
 
-@pytest.mark.parametrize("task", ["lookup_compute", "tool_use"])
+@pytest.mark.parametrize("task", ["lookup_compute", "mixed", "tool_use"])
 def test_shipped_tasks_regenerate_identically(task):
     """The generators are deterministic: rebuilding from the corpus gives the committed files."""
     wiki = pytest.importorskip("agentflow.wiki_index")

@@ -1,6 +1,8 @@
 """The training tasks shipped with the package, generated from the offline Wikipedia summaries.
 
 - `lookup_compute` (the default): a fact to look up, then arithmetic on it; two tools in sequence.
+- `mixed`: three kinds (compute, look up, look up then compute), each with its own tool sequence; the
+  planner ends the turns itself.
 - `tool_use`: one tool per question (arithmetic or a nationality); the earlier single-turn task.
 
 Each is a deterministic function of the corpus, a seed and the offline search index; the files live in
@@ -17,11 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from agentflow.errors import ConfigError
-from agentflow.train.tasks import lookup_compute, tool_use
+from agentflow.train.tasks import lookup_compute, mixed, tool_use
 
 DEFAULT_TASK = lookup_compute.TASK_NAME
 GENERATORS: dict[str, Callable[..., dict[str, list[dict[str, Any]]]]] = {
     lookup_compute.TASK_NAME: lookup_compute.generate,
+    mixed.TASK_NAME: mixed.generate,
     tool_use.TASK_NAME: tool_use.generate,
 }
 
