@@ -93,19 +93,46 @@ def fingerprint(identity: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
 
 
+_ABSENT = "<absent>"
+
+
 def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
+    """Dotted key -> leaf value. An empty mapping is a leaf of its own: a tool enabled with no settings
+    (`python: {}`) must still show when it is added or removed."""
+    if isinstance(value, dict) and value:
         flat: dict[str, Any] = {}
         for key, inner in value.items():
             flat.update(_flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
+        return flat
+    if isinstance(value, list) and value and any(isinstance(v, dict | list) for v in value):
+        flat = {}
+        for index, inner in enumerate(value):
+            flat.update(_flatten(inner, f"{prefix}[{index}]"))
         return flat
     return {prefix: value}
 
 
 def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Every setting that differs, one line each; a tool, MCP server or engine added or removed is one line."""
     a, b = _flatten(old), _flatten(new)
-    return [f"{key}: {a.get(key, '<absent>')!r} -> {b.get(key, '<absent>')!r}"
-            for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
+    lines: list[str] = []
+    for section in ("flow.tools", "flow.mcp_servers", "flow.engines"):
+        before, after = set(_children(old, section)), set(_children(new, section))
+        lines += [f"{section}: removed {name}" for name in sorted(before - after)]
+        lines += [f"{section}: added {name}" for name in sorted(after - before)]
+        moved = {f"{section}.{name}" for name in before ^ after}
+        a = {k: v for k, v in a.items() if not any(k == m or k.startswith(m + ".") for m in moved)}
+        b = {k: v for k, v in b.items() if not any(k == m or k.startswith(m + ".") for m in moved)}
+    lines += [f"{key}: {a.get(key, _ABSENT)!r} -> {b.get(key, _ABSENT)!r}"
+              for key in sorted(set(a) | set(b)) if a.get(key, _ABSENT) != b.get(key, _ABSENT)]
+    return lines or ["(none in the recorded settings: the results format or the fingerprint's recipe changed)"]
+
+
+def _children(identity: dict[str, Any], dotted: str) -> list[str]:
+    node: Any = identity
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return list(node) if isinstance(node, dict) else []
 
 
 @contextlib.contextmanager
@@ -236,13 +263,20 @@ class EvalRun:
 
     # -- directory ---------------------------------------------------------------------------------
 
-    def _check_config(self) -> None:
-        """Refuse a directory written by another configuration; record this invocation in config.json."""
+    def _check_config(self, done: dict[str, ItemResult]) -> None:
+        """Refuse a directory holding results of another configuration; record this invocation in config.json.
+
+        A directory without results (a run that stopped before its first item) blocks nothing: its config is
+        replaced."""
         path = self.out / "config.json"
         previous: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        if previous and not done:
+            if previous.get("fingerprint") != self.fingerprint:
+                log.info("%s holds no results; its configuration is replaced", self.out)
+            previous = {}
         if previous and previous.get("fingerprint") != self.fingerprint:
             changes = _differences(previous.get("identity", {}), self.identity)
-            shown = "\n  ".join(changes[:15]) + ("\n  ..." if len(changes) > 15 else "")
+            shown = "\n  ".join(changes)
             raise ConfigError(
                 f"{self.out} holds results of a different configuration; refusing to mix them. Use another --out "
                 f"(or the default, which is named after the configuration). Differences:\n  {shown}")
@@ -250,7 +284,8 @@ class EvalRun:
         for bench in self.benchmarks:
             entry = {"source": bench.source, "sha256": bench.sha256, "scorer": bench.scorer}
             old = benches.get(bench.name)
-            if old and (old.get("sha256"), old.get("scorer")) != (bench.sha256, bench.scorer):
+            has_results = any(r.bench == bench.name for r in done.values())
+            if old and has_results and (old.get("sha256"), old.get("scorer")) != (bench.sha256, bench.scorer):
                 raise ConfigError(
                     f"{self.out} holds {bench.name} results from other data or another scorer "
                     f"({old.get('source')}, {old.get('scorer')}); use another --out")
@@ -314,9 +349,9 @@ class EvalRun:
     async def run(self) -> EvalReport:
         self.out.mkdir(parents=True, exist_ok=True)
         with _directory_lock(self.out):
-            self._check_config()
             self.log.repair()
             done = self.log.read()
+            self._check_config(done)
             todo: list[tuple[BenchmarkItem, str]] = []
             for bench in self.benchmarks:
                 for note in bench.notes:
