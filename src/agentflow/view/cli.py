@@ -86,6 +86,17 @@ def view(
     try:
         server.serve_forever(poll_interval=0.25)
     except KeyboardInterrupt:
-        pass
+        server.server_close()
+        err_console.print("stopped", highlight=False)
+        _exit_now(0)
     finally:
         server.server_close()
+
+
+def _exit_now(code: int) -> None:
+    """End the process at once. A normal exit waits on other threads (a connection's handler, the warm-up
+    read, an import one of them holds the lock of), which kept the server alive for seconds after Ctrl-C."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
