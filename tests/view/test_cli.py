@@ -135,3 +135,31 @@ def test_no_browser_is_opened_on_a_headless_machine(monkeypatch) -> None:
     assert not browser_available()
     monkeypatch.setenv("BROWSER", "firefox")
     assert browser_available()
+
+
+def test_unreadable_input_is_an_error_in_the_terminal_not_only_on_the_page(tmp_path: Path) -> None:
+    """Regression (issue 19): a truncated trajectory, `{"hello": 1}` or an empty file started the server (and
+    `--export` wrote a report) with exit 0."""
+    good = json.dumps({"question": "q", "answer": "a", "turns": []})
+    broken = {"truncated.json": good[:20], "hello.json": '{"hello": 1}', "empty.json": ""}
+    for name, text in broken.items():
+        path = tmp_path / name
+        path.write_text(text)
+        out = tmp_path / f"{name}.html"
+        for extra in (["--export", str(out)], ["--no-open", "--port", "0"]):
+            result = runner.invoke(cli.app, ["view", str(path), *extra])
+            assert result.exit_code == 2, (name, extra, result.output)
+            assert "nothing readable to view" in result.output and name in result.output
+        assert not out.exists()
+    assert "not a trajectory" in runner.invoke(cli.app, ["view", str(tmp_path / "hello.json")]).output
+
+    junk_run = tmp_path / "junk_run"
+    junk_run.mkdir()
+    (junk_run / "results.jsonl").write_text("not json\n")
+    result = runner.invoke(cli.app, ["view", str(junk_run), "--export", str(tmp_path / "junk.html")])
+    assert result.exit_code == 2 and "results.jsonl has no readable line" in result.output
+
+    run = eval_run(tmp_path / "run", right_on_france)                   # one readable source: a warning
+    result = runner.invoke(cli.app, ["view", str(run), str(tmp_path / "hello.json"), "--export",
+                                     str(tmp_path / "mixed.html")])
+    assert result.exit_code == 0 and "warning" in result.output and "hello.json" in result.output

@@ -25,7 +25,7 @@ from urllib.parse import quote, unquote
 
 from agentflow.eval.compare import compare_results
 from agentflow.view.eval_run import EvalRunView, gold_text
-from agentflow.view.sources import Source, TrajectoryFileView, describe, open_source
+from agentflow.view.sources import Source, TrajectoryFileView, describe, open_source, problem_of
 from agentflow.view.train_run import TrainRunView
 
 
@@ -62,6 +62,15 @@ class ViewApp:
 
     def __init__(self, paths: list[Path]) -> None:
         self.sources: list[Source] = [open_source(path) for path in paths]
+
+    def problems(self) -> dict[Path, str]:
+        """The sources that show nothing, by path, with the reason."""
+        found = {}
+        for source in self.sources:
+            problem = problem_of(source)
+            if problem is not None:
+                found[source.path if isinstance(source, TrajectoryFileView) else source.directory] = problem
+        return found
 
     def warm(self) -> None:
         """Read every run once (in a thread at start-up), so the page's first request finds them read."""

@@ -60,6 +60,15 @@ def view(
     except AgentFlowError as err:
         err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(2) from None
+    problems = app.problems()
+    if len(problems) == len(app.sources):
+        for path, problem in problems.items():
+            err_console.print(f"[bold red]error:[/] {escape(str(path))}: {escape(problem)}", highlight=False)
+        err_console.print("[bold red]error:[/] nothing readable to view", highlight=False)
+        raise typer.Exit(2)
+    for path, problem in problems.items():
+        err_console.print(f"[yellow]warning:[/] {escape(str(path))}: {escape(problem)}; its page will say so",
+                          highlight=False)
     if export is not None:
         from agentflow.view.export import write_export
 
