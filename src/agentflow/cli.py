@@ -172,9 +172,13 @@ def tool_list(
     """Show the tool cards: the built-in tools, and those of the config's MCP servers."""
     from agentflow.tools.base import tool_classes
 
-    cards = [cls().card() for cls in tool_classes().values()]
+    classes = tool_classes()
+    cards = [cls().card() for cls in classes.values()]
     try:
         flow_config = load_config(config)
+        unknown = [name for name in flow_config.tools if name not in classes]
+        if unknown:
+            raise ConfigError(f"{config}: unknown tool(s) {', '.join(unknown)}; available: {', '.join(classes)}")
         if flow_config.mcp_servers:
             from agentflow.tools.mcp.tool import mcp_cards
 
@@ -185,8 +189,12 @@ def tool_list(
         console.print_json(json.dumps(cards))
         return
     table = Table(title="Tools", show_lines=True)
-    for column in ("name", "server", "description", "input", "limitations"):
-        table.add_column(column)
+    # names and servers are what the user types: never cut them, let the prose columns wrap instead
+    longest = max((len(card["name"]) for card in cards), default=4)
+    table.add_column("name", no_wrap=True, min_width=longest)
+    table.add_column("server", no_wrap=True)
+    for column in ("description", "input", "limitations"):
+        table.add_column(column, ratio=1, overflow="fold")
     for card in cards:
         props = card["input_schema"].get("properties", {})
         fields = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in props.items())
@@ -251,12 +259,22 @@ async def _run_tool(config: FlowConfig, name: str, arguments: dict[str, Any], ti
             raise ToolTimeoutError(f"tool {name!r} exceeded {timeout:.1f}s") from None
         shown: dict[str, Any] = {"output": result.output, "data": result.data, "truncated": result.truncated}
         if result.llm_calls:
-            shown["llm_calls"] = result.llm_calls
+            # per-token ids and log-probs are hundreds of lines a reader never needs (trajectories keep them)
+            shown["llm_calls"] = _without_token_arrays(result.llm_calls)
         return shown
     finally:
         await tool.aclose()
         if engine is not None:
             await engine.aclose()
+
+
+def _without_token_arrays(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_token_arrays(v) for k, v in value.items()
+                if k not in ("prompt_token_ids", "token_ids", "logprobs")}
+    if isinstance(value, list):
+        return [_without_token_arrays(v) for v in value]
+    return value
 
 
 _mount_subcommands()
