@@ -209,3 +209,32 @@ def test_a_page_that_does_not_exist(browser: Any, runs: dict[str, Path]) -> None
         page.wait_for_selector("body[data-ready]")
         assert "Not found" in page.locator("h1").inner_text() and "nope" in page.locator("main").inner_text()
     context.close()
+
+
+def test_an_abandoned_tool_reaches_zero_as_train_plot_draws_it(tab: Watched, tmp_path: Path) -> None:
+    """Regression (issue 19): a run that logged a tool's share only when it was picked drew a line that stopped
+    where the planner abandoned the tool; `agentflow train plot` draws 0 there, and so must the page."""
+    from agentflow.train.plot import panels_of
+
+    run = train_run(tmp_path / "train", new_format=True, steps=3)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for record in records:
+        for key in [k for k in record if k.startswith("tool/turn")]:
+            del record[key]
+        if "reward_mean" in record:                               # python at step 1, then search only
+            record["tool/turn1/python" if record["step"] == 1 else "tool/turn1/wikipedia_search"] = 1.0
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert ("tool/turn1/", "tool picked at turn 1 (rollouts)") in panels_of(records)
+    with serving([run]) as url:
+        page = tab.open(url)
+        chart = page.locator("figure.chart", has=page.locator("figcaption", has_text="Tool choice at turn 1"))
+        paths = chart.locator("path.series")
+        assert paths.count() == 2
+        for d in paths.evaluate_all("(ps) => ps.map((p) => p.getAttribute('d'))"):
+            assert d.count("M") + d.count("L") == 3, d                  # both lines span steps 1-3
+        plot = chart.locator("svg.plot")
+        plot.scroll_into_view_if_needed()
+        box = plot.bounding_box()
+        plot.hover(position={"x": box["width"] - 12, "y": box["height"] / 2})   # the last step
+        tip = chart.locator(".tip").inner_text()
+        assert "step 3" in tip and "python 0%" in tip and "wikipedia_search 100%" in tip
