@@ -147,3 +147,39 @@ def test_tool_run_leaves_token_ids_and_logprobs_out(monkeypatch):
     shown = json.loads(result.output)
     assert shown["output"] == "42" and shown["llm_calls"][0]["completion"]["text"].startswith("```python")
     assert not {"token_ids", "logprobs", "prompt_token_ids"} & set(shown["llm_calls"][0]["completion"])
+
+
+def test_solve_prints_the_failure_notes_before_the_answer(monkeypatch, tmp_path, make_flow):
+    from agentflow.flow import Flow
+    from tests.conftest import role_engine
+    from tests.test_flow import STOP, plan
+
+    engine = role_engine(planner=[plan("echo", sub_goal="fail")], executor=['{"query": "fail"}'],
+                         verifier=[STOP], generator=["<answer>Paris</answer>"])
+    flow = make_flow(engine)
+    monkeypatch.setattr(Flow, "from_config", classmethod(lambda cls, config, **kw: flow))
+    result = runner.invoke(app, ["solve", "Capital of France?", "--trajectory-out", str(tmp_path / "t.json")])
+    assert result.exit_code == 0, result.output
+    note, answer = result.output.index("tool tool: echo failed on purpose"), result.output.index("Answer: Paris")
+    assert note < answer < result.output.index("turn(s), stop:")
+
+
+def test_library_notices_stay_out_unless_verbose():
+    """transformers' FutureWarning and generation-flag notices appeared inside solve and eval output."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, warnings; from agentflow.libwarnings import quiet_libraries; "
+            "quiet_libraries(verbose=sys.argv[1] == 'verbose'); "
+            "from transformers.utils import logging; "
+            "logging.get_logger('transformers.generation.utils').warning('generation flags are not valid: top_k'); "
+            "warnings.warn_explicit('`is_gradient_checkpointing` is deprecated', FutureWarning, 'modeling_utils.py', "
+            "1, module='transformers.modeling_utils')")
+    env = {k: v for k, v in os.environ.items() if k != "TRANSFORMERS_VERBOSITY"}  # other tests' quiet_libraries
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    quiet = subprocess.run([sys.executable, "-c", code, "quiet"], capture_output=True, text=True, check=True, env=env)
+    assert quiet.stderr == "" and quiet.stdout == ""
+    loud = subprocess.run([sys.executable, "-c", code, "verbose"], capture_output=True, text=True, check=True,
+                          env=env)
+    assert "generation flags" in loud.stderr and "is_gradient_checkpointing" in loud.stderr

@@ -40,6 +40,9 @@ err_console = Console(stderr=True)
 
 
 def _setup_logging(verbose: bool) -> None:
+    from agentflow.libwarnings import quiet_libraries
+
+    quiet_libraries(verbose)
     level = logging.INFO if verbose else logging.WARNING
     handler = logging.StreamHandler()
     handler.setLevel(level)  # on the handler too: some libraries (bm25s) set their own loggers to DEBUG
@@ -101,8 +104,6 @@ class StepPrinter:
             console.print(f"  {mark}: {escape(payload['output'])}", highlight=False)
         elif kind == "verdict":
             console.print(f"  verifier: [bold]{escape(str(payload['verdict']))}[/]")
-        elif kind == "answer":
-            console.print(f"\n[bold green]Answer:[/] {escape(payload['answer'])}", highlight=False)
 
 
 @app.command()
@@ -143,6 +144,8 @@ def solve(
         style = "red" if failure.infrastructure else "yellow"
         console.print(f"[{style}]{escape(failure.stage)} {escape(failure.kind)}[/]: "
                       f"{escape(truncate(failure.message, 300))}", highlight=False)
+    # the answer after the notes on what went wrong, so that it is the last thing read before the totals
+    console.print(f"\n[bold green]Answer:[/] {escape(trajectory.answer)}", highlight=False)
     usage = trajectory.usage
     console.print(f"[dim]{len(trajectory.turns)} turn(s), stop: {trajectory.stop_reason}, {usage.calls} model calls, "
                   f"{usage.prompt_tokens}+{usage.completion_tokens} tokens, {trajectory.seconds:.1f}s[/]")

@@ -1,0 +1,30 @@
+"""Keep library chatter (transformers' deprecation and generation-flag notices) out of the commands' output.
+
+`agentflow solve`, `eval`, `train` and `tool run` print steps, progress and answers; a transformers notice such as
+"`is_gradient_checkpointing` is deprecated" or "generation flags are not valid ... top_k" in the middle of them
+says nothing about the run. `--verbose` keeps them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import warnings
+
+# libraries whose FutureWarning / DeprecationWarning notices are about their own next versions, not our runs
+_NOISY = r"(transformers|peft|accelerate|torch)(\.|$)"
+
+
+def quiet_libraries(verbose: bool = False) -> None:
+    """Silence library notices below errors, unless `verbose`. Safe to call more than once."""
+    if verbose:
+        return
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # read when transformers is first imported
+    for category in (FutureWarning, DeprecationWarning):
+        warnings.filterwarnings("ignore", category=category, module=_NOISY)
+    if "transformers" in sys.modules:  # already imported: its verbosity was read, set it directly
+        from transformers.utils import logging as transformers_logging
+
+        transformers_logging.set_verbosity_error()
+    logging.getLogger("transformers").setLevel(logging.ERROR)
