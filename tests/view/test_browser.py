@@ -15,13 +15,23 @@ import pytest
 from agentflow.view.api import ViewApp
 from agentflow.view.export import write_export
 from tests.view.browser import Watched, expect, launch, require_chromium, serving
-from tests.view.builders import IMG, SCRIPT, eval_run, right_on_france, right_on_hamlet, train_run
+from tests.view.builders import (
+    IMG,
+    SCRIPT,
+    eval_run,
+    right_on_france,
+    right_on_hamlet,
+    train_run,
+    trained_flow_config,
+    trajectory_dict,
+)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("runs")
     return {"a": eval_run(root / "a", right_on_france), "b": eval_run(root / "b", right_on_hamlet),
+            "trained": eval_run(root / "trained", right_on_hamlet, flow_config=trained_flow_config()),
             "new": train_run(root / "train_new", new_format=True),
             "old": train_run(root / "train_old", new_format=False), "root": root}
 
@@ -238,3 +248,42 @@ def test_an_abandoned_tool_reaches_zero_as_train_plot_draws_it(tab: Watched, tmp
         plot.hover(position={"x": box["width"] - 12, "y": box["height"] / 2})   # the last step
         tip = chart.locator(".tip").inner_text()
         assert "step 3" in tip and "python 0%" in tip and "wikipedia_search 100%" in tip
+
+
+def test_labels_tell_the_truth_verifier_engines_adapter_and_config_differences(
+        tab: Watched, runs: dict[str, Path], tmp_path: Path) -> None:
+    """Regression (issue 19): "verdict unparsed" on every turn of a flow without verifier, an empty engine
+    column, the LoRA adapter nowhere, and no configuration differences on the comparison page."""
+    trajectory = trajectory_dict("What is 6*7?", "42")
+    trajectory["turns"][0].update({"verdict": None, "verdict_parsed": False, "verifier": None})
+    sampling = {"temperature": 0.0, "max_tokens": 48}
+    trajectory["roles"] = {
+        "planner": {"engine_name": "policy", "engine": "transformers", "model": "SmolLM2-135M-Instruct",
+                    "adapter": "runs/demo/final/adapter", "sampling": sampling},
+        "generator": {"engine_name": "default", "engine": "llamacpp", "model": "smollm2", "sampling": sampling}}
+    path = tmp_path / "no_verifier.json"
+    path.write_text(json.dumps(trajectory))
+    with serving([path]) as url:
+        page = tab.open(url)
+        header = page.locator(".turn header").inner_text()
+        assert "no verifier" in header and "unparsed" not in page.locator("main").inner_text()
+        page.locator("details.roles summary").click()
+        cells = [row.locator("td").all_inner_texts() for row in page.locator("details.roles tbody tr").all()]
+        assert cells[0][:4] == ["planner", "transformers (policy)", "SmolLM2-135M-Instruct",
+                                "runs/demo/final/adapter"]
+        assert cells[1][:4] == ["generator", "llamacpp (default)", "smollm2", "–"]
+
+    with serving([runs["b"], runs["trained"]]) as url:
+        page = tab.open(url)
+        assert page.url.endswith("#/compare/0/1")
+        listed = page.locator("ul.config-diff li").all_inner_texts()
+        assert "flow.engines: added policy" in listed
+        assert "flow.roles.planner.engine: 'default' -> 'policy'" in listed
+        assert "2 difference(s)" in page.locator("main").inner_text()
+        page.goto(url + "#/run/1")
+        tab.ready()
+        assert "transformers · bundled SmolLM2-135M + adapter runs/demo/final/adapter" in page.locator(
+            ".settings").inner_text()
+    with serving([runs["a"], runs["b"]]) as url:
+        page = tab.open(url)
+        assert "Configuration: the same" in page.locator("main").inner_text()

@@ -32,6 +32,7 @@ from rich.table import Table
 from agentflow.config import FlowConfig, bundled_flow_config
 from agentflow.errors import ConfigError
 from agentflow.eval.benchmarks import Benchmark, BenchmarkItem, load_benchmark
+from agentflow.eval.identity import config_differences
 from agentflow.eval.judge import JudgeConfig, LLMJudge
 from agentflow.eval.results import (
     RESULTS_FORMAT_VERSION,
@@ -91,48 +92,6 @@ def safe_name(item_id: str) -> str:
 
 def fingerprint(identity: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
-
-
-_ABSENT = "<absent>"
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Dotted key -> leaf value. An empty mapping is a leaf of its own: a tool enabled with no settings
-    (`python: {}`) must still show when it is added or removed."""
-    if isinstance(value, dict) and value:
-        flat: dict[str, Any] = {}
-        for key, inner in value.items():
-            flat.update(_flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
-        return flat
-    if isinstance(value, list) and value and any(isinstance(v, dict | list) for v in value):
-        flat = {}
-        for index, inner in enumerate(value):
-            flat.update(_flatten(inner, f"{prefix}[{index}]"))
-        return flat
-    return {prefix: value}
-
-
-def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Every setting that differs, one line each; a tool, MCP server or engine added or removed is one line."""
-    a, b = _flatten(old), _flatten(new)
-    lines: list[str] = []
-    for section in ("flow.tools", "flow.mcp_servers", "flow.engines"):
-        before, after = set(_children(old, section)), set(_children(new, section))
-        lines += [f"{section}: removed {name}" for name in sorted(before - after)]
-        lines += [f"{section}: added {name}" for name in sorted(after - before)]
-        moved = {f"{section}.{name}" for name in before ^ after}
-        a = {k: v for k, v in a.items() if not any(k == m or k.startswith(m + ".") for m in moved)}
-        b = {k: v for k, v in b.items() if not any(k == m or k.startswith(m + ".") for m in moved)}
-    lines += [f"{key}: {a.get(key, _ABSENT)!r} -> {b.get(key, _ABSENT)!r}"
-              for key in sorted(set(a) | set(b)) if a.get(key, _ABSENT) != b.get(key, _ABSENT)]
-    return lines or ["(none in the recorded settings: the results format or the fingerprint's recipe changed)"]
-
-
-def _children(identity: dict[str, Any], dotted: str) -> list[str]:
-    node: Any = identity
-    for part in dotted.split("."):
-        node = node.get(part) if isinstance(node, dict) else None
-    return list(node) if isinstance(node, dict) else []
 
 
 @contextlib.contextmanager
@@ -275,7 +234,8 @@ class EvalRun:
                 log.info("%s holds no results; its configuration is replaced", self.out)
             previous = {}
         if previous and previous.get("fingerprint") != self.fingerprint:
-            changes = _differences(previous.get("identity", {}), self.identity)
+            changes = config_differences(previous.get("identity", {}), self.identity) or [
+                "(none in the recorded settings: the fingerprint's recipe changed)"]
             shown = "\n  ".join(changes)
             raise ConfigError(
                 f"{self.out} holds results of a different configuration; refusing to mix them. Use another --out "

@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from agentflow.eval.compare import compare_results
+from agentflow.eval.identity import config_differences
 from agentflow.view.eval_run import EvalRunView, gold_text
 from agentflow.view.sources import Source, TrajectoryFileView, describe, open_source, problem_of
 from agentflow.view.train_run import TrainRunView
@@ -138,8 +139,13 @@ class ViewApp:
                     flipped.append({"id": item_id, "bench": c.bench, "direction": direction,
                                     "question": first.question[:400], "gold": gold_text(first.gold)[:200],
                                     "a": first.prediction[:300], "b": second.prediction[:300]})
+        identities = [run.config().get("identity") for run in (a, b)]
+        if all(isinstance(i, dict) for i in identities):
+            differences: list[str] | None = config_differences(*identities)
+        else:  # a run without a readable config.json: say nothing rather than something wrong
+            differences = None
         return {"kind": "compare", "names": [a.directory.name, b.directory.name],
-                "paths": [str(a.directory), str(b.directory)],
+                "paths": [str(a.directory), str(b.directory)], "config_differences": differences,
                 "benchmarks": [{**c.model_dump(mode="json", exclude={"gained", "lost"}), "fixed": len(c.gained),
                                 "broke": len(c.lost)} for c in comparisons],
                 "flipped": flipped}

@@ -105,7 +105,7 @@ function configFacts(config) {
         String(policy.model_path || policy.model || "bundled SmolLM2-135M")
           .split("/")
           .pop(),
-      ].join(" · "),
+      ].join(" · ") + (policy.adapter ? ` + adapter ${policy.adapter}` : ""),
     ],
     ["B × G", isNum(config.batch_size) ? `${config.batch_size} questions × ${config.group_size} trajectories` : ""],
     ["steps", config.max_steps],

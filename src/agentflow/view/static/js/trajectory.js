@@ -64,7 +64,9 @@ function argumentsView(toolCall) {
 
 function turnCard(turn) {
   const call = turn.tool_call;
-  const verdict = turn.verdict || "—";
+  // verdict null and no verifier call: the flow ran without a verifier (verify: false), nothing went unparsed
+  const noVerifier = !turn.verdict && !turn.verifier;
+  const verdict = turn.verdict || (noVerifier ? "no verifier" : "—");
   const hasFailure = (turn.failures || []).length > 0;
   const toolChip = turn.tool
     ? chip(
@@ -84,9 +86,13 @@ function turnCard(turn) {
       chip(
         verdict,
         verdict === "STOP" ? "good" : "neutral",
-        turn.verdict_parsed === false ? "the verifier's reply was not understood" : null,
+        noVerifier
+          ? "the flow ran without a verifier"
+          : turn.verdict_parsed === false
+            ? "the verifier's reply was not understood"
+            : null,
       ),
-      turn.verdict_parsed === false ? chip("verdict unparsed", "warn") : "",
+      turn.verdict_parsed === false && !noVerifier ? chip("verdict unparsed", "warn") : "",
       h("span", { class: "muted small right" }, secs(turn.seconds)),
     ),
     step(
@@ -136,23 +142,31 @@ function rolesTable(roles) {
     { class: "roles" },
     h("summary", null, "engines and sampling per role"),
     table(
-      ["role", "engine", "model", "temperature", "top-p", "max tokens", "seed"],
+      ["role", "engine", "model", "adapter", "temperature", "top-p", "max tokens", "seed"],
       entries.map(([role, r]) => {
-        const engine = r.engine || {};
+        // flow.roles_record(): {engine_name, engine: "llamacpp" | ..., model, adapter, ...}; older files nested it
+        const engine = typeof r.engine === "object" && r.engine ? r.engine : r;
+        const kind = typeof r.engine === "string" ? r.engine : engine.engine || r.kind || "";
         const s = r.sampling || {};
         return h(
           "tr",
           null,
           h("td", null, role),
-          h("td", null, engine.engine || r.kind || ""),
-          h("td", { class: "mono small" }, String(engine.model || r.model || "")),
+          h(
+            "td",
+            null,
+            kind,
+            r.engine_name && r.engine_name !== kind ? h("span", { class: "muted" }, ` (${r.engine_name})`) : "",
+          ),
+          h("td", { class: "mono small" }, String(engine.model || engine.model_path || "")),
+          h("td", { class: "mono small" }, engine.adapter ? String(engine.adapter) : "–"),
           h("td", { class: "num" }, s.temperature ?? "–"),
           h("td", { class: "num" }, s.top_p ?? "–"),
           h("td", { class: "num" }, s.max_tokens ?? "–"),
           h("td", { class: "num" }, s.seed ?? "–"),
         );
       }),
-      { num: [3, 4, 5, 6] },
+      { num: [4, 5, 6, 7] },
     ),
   );
 }
