@@ -101,6 +101,12 @@ class StepPrinter:
             mark = "[red]error[/]" if payload["error"] else "result"
             arguments = json.dumps(payload["arguments"], ensure_ascii=False)[:200]
             console.print(f"  input {escape(arguments)}", highlight=False)
+            code = payload.get("code")
+            if code and code != payload["arguments"].get("code"):  # written inside the tool: show what ran
+                lines = code.splitlines()
+                shown = "\n".join(f"    {line}" for line in lines[:15]) + ("\n    ..." if len(lines) > 15 else "")
+                console.print(f"  code written by the tool's model ({payload.get('llm_calls', 0)} call(s)):\n"
+                              f"{escape(shown)}", highlight=False)
             console.print(f"  {mark}: {escape(payload['output'])}", highlight=False)
         elif kind == "verdict":
             console.print(f"  verifier: [bold]{escape(str(payload['verdict']))}[/]")

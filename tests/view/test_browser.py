@@ -287,3 +287,28 @@ def test_labels_tell_the_truth_verifier_engines_adapter_and_config_differences(
     with serving([runs["a"], runs["b"]]) as url:
         page = tab.open(url)
         assert "Configuration: the same" in page.locator("main").inner_text()
+
+
+def test_the_code_a_tool_wrote_and_its_inner_call_can_be_read(tab: Watched, tmp_path: Path) -> None:
+    """Regression (issue 19): the page said "1 model call(s) inside the tool" as a label that could not be
+    opened, and never showed the code the python tool wrote and ran."""
+    trajectory = trajectory_dict("What is 17 * 23?", "391")
+    reply = "```python\nprint(17 * 23)\n```"
+    trajectory["turns"][0]["tool_call"] = {
+        "tool": "python", "arguments": {"task": "multiply 17 by 23"}, "output": "391",
+        "data": {"code": "print(17 * 23)", "stdout": "391\n", "ok": True},
+        "llm_calls": [{"role": "tools", "engine": {"engine": "llamacpp", "model": "smollm2"},
+                       "sampling": {"temperature": 0.0, "max_tokens": 128},
+                       "messages": [{"role": "system", "content": "You write short Python 3 programs."},
+                                    {"role": "user", "content": "Task: multiply 17 by 23"}],
+                       "completion": {"text": reply, "prompt_tokens": 40, "completion_tokens": 9}}]}
+    path = tmp_path / "python_task.json"
+    path.write_text(json.dumps(trajectory))
+    with serving([path]) as url:
+        page = tab.open(url)
+        tool = page.locator(".step.tool")
+        assert "code that ran" in tool.inner_text() and "print(17 * 23)" in tool.inner_text()
+        assert "model call 1 of 1 inside the tool" in tool.inner_text()
+        tool.locator("details.call summary", has_text="prompt and reply inside the tool").click()
+        opened = tool.locator("details.call[open]").inner_text()
+        assert "Task: multiply 17 by 23" in opened and "```python" in opened

@@ -62,6 +62,32 @@ function argumentsView(toolCall) {
   });
 }
 
+/** The code the tool ran when it is not the call's own `code` argument (the python tool wrote it from a task). */
+function ranCode(call) {
+  const code = call.data?.code;
+  if (typeof code !== "string" || code === call.arguments?.code) return "";
+  return h(
+    "div",
+    { class: "arg ran-code" },
+    h("span", { class: "arg-name" }, "code that ran"),
+    fold(code, { lines: 20, kind: "code" }),
+  );
+}
+
+/** Each model call made inside the tool (the python tool's code writer): its settings, prompt and reply. */
+function innerCalls(call) {
+  const calls = call.llm_calls || [];
+  return calls.map((inner, i) =>
+    h(
+      "div",
+      { class: "inner-call" },
+      h("div", { class: "small muted" }, `model call ${i + 1} of ${calls.length} inside the tool`),
+      callMeta(inner),
+      callDetails(inner, "prompt and reply inside the tool"),
+    ),
+  );
+}
+
 function turnCard(turn) {
   const call = turn.tool_call;
   // verdict null and no verifier call: the flow ran without a verifier (verify: false), nothing went unparsed
@@ -111,14 +137,15 @@ function turnCard(turn) {
           `tool${call.error ? " error" : ""}`,
           `Tool · ${call.tool}`,
           call.error ? h("p", { class: "error-text" }, `${call.error.kind}: ${call.error.message}`) : "",
+          ranCode(call),
           call.output ? fold(call.output, { lines: 12 }) : h("p", { class: "muted" }, "no output"),
           h(
             "div",
             { class: "call-meta" },
             h("span", null, secs(call.seconds)),
             call.truncated ? chip("output truncated", "warn") : "",
-            (call.llm_calls || []).length ? chip(`${call.llm_calls.length} model call(s) inside the tool`, "info") : "",
           ),
+          innerCalls(call),
         )
       : "",
     turn.verifier
