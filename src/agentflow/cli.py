@@ -90,6 +90,9 @@ def apply_overrides(config: FlowConfig, *, model: Path | None = None, base_url: 
 class StepPrinter:
     """Prints each step of a running flow as it happens. Model text is escaped: a `[/x]` in it is text, not markup."""
 
+    def __init__(self, *, show_answer: bool = True) -> None:
+        self.show_answer = show_answer  # `solve` prints the answer itself, after the failure notes
+
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
         if kind == "analysis":
             console.print(f"[bold]Analysis[/] {escape(truncate(payload['text'], 300))}", highlight=False)
@@ -110,6 +113,8 @@ class StepPrinter:
             console.print(f"  {mark}: {escape(payload['output'])}", highlight=False)
         elif kind == "verdict":
             console.print(f"  verifier: [bold]{escape(str(payload['verdict']))}[/]")
+        elif kind == "answer" and self.show_answer:
+            console.print(f"\n[bold green]Answer:[/] {escape(payload['answer'])}", highlight=False)
 
 
 @app.command()
@@ -141,7 +146,7 @@ def solve(
                                       max_seconds=max_seconds, tool_timeout=tool_timeout, temperature=temperature)
         flow = Flow.from_config(flow_config)
         console.print(f"[bold]Question:[/] {escape(question.strip())}", highlight=False)
-        trajectory = flow.solve(question, on_event=StepPrinter())
+        trajectory = flow.solve(question, on_event=StepPrinter(show_answer=False))
     except AgentFlowError as err:
         raise _fail(str(err)) from None
     trajectory_out = trajectory_out or _new_trajectory_path()
