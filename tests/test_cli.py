@@ -175,11 +175,14 @@ def test_library_notices_stay_out_unless_verbose():
             "from transformers.utils import logging; "
             "logging.get_logger('transformers.generation.utils').warning('generation flags are not valid: top_k'); "
             "warnings.warn_explicit('`is_gradient_checkpointing` is deprecated', FutureWarning, 'modeling_utils.py', "
-            "1, module='transformers.modeling_utils')")
-    env = {k: v for k, v in os.environ.items() if k != "TRANSFORMERS_VERBOSITY"}  # other tests' quiet_libraries
+            "1, module='transformers.modeling_utils'); "
+            "[None for _ in logging.tqdm(range(3), desc='Writing model shards')]")
+    env = {k: v for k, v in os.environ.items()                          # other tests' quiet_libraries
+           if k not in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS")}
     env["PYTHONPATH"] = os.pathsep.join(sys.path)
     quiet = subprocess.run([sys.executable, "-c", code, "quiet"], capture_output=True, text=True, check=True, env=env)
     assert quiet.stderr == "" and quiet.stdout == ""
     loud = subprocess.run([sys.executable, "-c", code, "verbose"], capture_output=True, text=True, check=True,
                           env=env)
     assert "generation flags" in loud.stderr and "is_gradient_checkpointing" in loud.stderr
+    assert "Writing model shards" in loud.stderr
