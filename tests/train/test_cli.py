@@ -67,3 +67,16 @@ def test_unknown_config_key_is_one_line(tmp_path):
     assert result.exit_code == 2 and text.count("error:") == 1, result.output
     assert "unknown key eval_sise (did you mean eval_size?)" in text and "validation error" not in text
     assert "unknown key lora.rnk (did you mean lora.rank?)" in text and "https://" not in text
+
+
+def test_eval_size_is_a_flag_and_refused_where_it_would_be_ignored(tmp_path):
+    result = runner.invoke(app, ["train", "--help"], terminal_width=200)
+    assert "--eval-size" in result.output
+    path = tmp_path / "c.yaml"
+    path.write_text("eval_size: 0\n")
+    result = runner.invoke(app, ["train", "--config", str(path), "--eval-size", "3", "--max-steps", "0",
+                                 "--algorithm", "bogus"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "algorithm:" in text and "greater than or equal" not in text  # flag won
+    result = runner.invoke(app, ["train", "--backend", "verl", "--eval-size", "3"])
+    assert result.exit_code == 2 and "--eval-size goes with --backend local" in result.output
