@@ -106,3 +106,83 @@ def test_train_backend_verl_print_config_needs_no_gpu():
 def test_train_bad_backend_flags(args, message):
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and message in result.output
+
+
+def test_tool_list_with_an_unknown_tool_in_the_config_is_an_error(tmp_path):
+    config = tmp_path / "flow.yaml"
+    config.write_text("tools:\n  python: {}\n  calculator: {}\n")
+    result = runner.invoke(app, ["tool", "list", "--config", str(config)])
+    assert result.exit_code == 2 and "unknown tool(s) calculator" in result.output and "python" in result.output
+
+
+def test_tool_list_never_cuts_the_names_you_type_at_80_columns():
+    result = runner.invoke(app, ["tool", "list"], env={"COLUMNS": "80"})
+    assert result.exit_code == 0 and max(len(line) for line in result.output.splitlines()) <= 80
+    names = {card["name"] for card in json.loads(runner.invoke(app, ["tool", "list", "--json"]).output)}
+    assert all(name in result.output for name in names) and "…" not in result.output
+
+
+def test_an_unknown_config_key_is_one_line_naming_the_nearest_key(tmp_path):
+    config = tmp_path / "flow.yaml"
+    config.write_text("limits:\n  max_turn: 3\n")
+    result = runner.invoke(app, ["solve", "q", "--config", str(config)])
+    assert result.exit_code == 2
+    message = " ".join(result.output.split())
+    assert "unknown key limits.max_turn (did you mean limits.max_turns?)" in message
+    assert "pydantic.dev" not in result.output and "extra_forbidden" not in result.output
+
+
+def test_tool_run_leaves_token_ids_and_logprobs_out(monkeypatch):
+    from agentflow.engines.scripted import ScriptedEngine
+
+    class WithTokens(ScriptedEngine):
+        async def generate(self, messages, sampling, *, json_schema=None):
+            done = await super().generate(messages, sampling, json_schema=json_schema)
+            return done.model_copy(update={"token_ids": [1] * 50, "logprobs": [-0.1] * 50,
+                                           "prompt_token_ids": [2] * 400})
+
+    monkeypatch.setattr("agentflow.engines.build_engine", lambda config: WithTokens(["```python\nprint(6*7)\n```"]))
+    result = runner.invoke(app, ["tool", "run", "python", "--input", '{"task": "six times seven"}'])
+    assert result.exit_code == 0, result.output
+    shown = json.loads(result.output)
+    assert shown["output"] == "42" and shown["llm_calls"][0]["completion"]["text"].startswith("```python")
+    assert not {"token_ids", "logprobs", "prompt_token_ids"} & set(shown["llm_calls"][0]["completion"])
+
+
+def test_solve_prints_the_failure_notes_before_the_answer(monkeypatch, tmp_path, make_flow):
+    from agentflow.flow import Flow
+    from tests.conftest import role_engine
+    from tests.test_flow import STOP, plan
+
+    engine = role_engine(planner=[plan("echo", sub_goal="fail")], executor=['{"query": "fail"}'],
+                         verifier=[STOP], generator=["<answer>Paris</answer>"])
+    flow = make_flow(engine)
+    monkeypatch.setattr(Flow, "from_config", classmethod(lambda cls, config, **kw: flow))
+    result = runner.invoke(app, ["solve", "Capital of France?", "--trajectory-out", str(tmp_path / "t.json")])
+    assert result.exit_code == 0, result.output
+    note, answer = result.output.index("tool tool: echo failed on purpose"), result.output.index("Answer: Paris")
+    assert note < answer < result.output.index("turn(s), stop:")
+
+
+def test_library_notices_stay_out_unless_verbose():
+    """transformers' FutureWarning and generation-flag notices appeared inside solve and eval output."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, warnings; from agentflow.libwarnings import quiet_libraries; "
+            "quiet_libraries(verbose=sys.argv[1] == 'verbose'); "
+            "from transformers.utils import logging; "
+            "logging.get_logger('transformers.generation.utils').warning('generation flags are not valid: top_k'); "
+            "warnings.warn_explicit('`is_gradient_checkpointing` is deprecated', FutureWarning, 'modeling_utils.py', "
+            "1, module='transformers.modeling_utils'); "
+            "[None for _ in logging.tqdm(range(3), desc='Writing model shards')]")
+    env = {k: v for k, v in os.environ.items()                          # other tests' quiet_libraries
+           if k not in ("TRANSFORMERS_VERBOSITY", "HF_HUB_DISABLE_PROGRESS_BARS")}
+    env["PYTHONPATH"] = os.pathsep.join(sys.path)
+    quiet = subprocess.run([sys.executable, "-c", code, "quiet"], capture_output=True, text=True, check=True, env=env)
+    assert quiet.stderr == "" and quiet.stdout == ""
+    loud = subprocess.run([sys.executable, "-c", code, "verbose"], capture_output=True, text=True, check=True,
+                          env=env)
+    assert "generation flags" in loud.stderr and "is_gradient_checkpointing" in loud.stderr
+    assert "Writing model shards" in loud.stderr

@@ -40,6 +40,9 @@ err_console = Console(stderr=True)
 
 
 def _setup_logging(verbose: bool) -> None:
+    from agentflow.libwarnings import quiet_libraries
+
+    quiet_libraries(verbose)
     level = logging.INFO if verbose else logging.WARNING
     handler = logging.StreamHandler()
     handler.setLevel(level)  # on the handler too: some libraries (bm25s) set their own loggers to DEBUG
@@ -87,6 +90,9 @@ def apply_overrides(config: FlowConfig, *, model: Path | None = None, base_url: 
 class StepPrinter:
     """Prints each step of a running flow as it happens. Model text is escaped: a `[/x]` in it is text, not markup."""
 
+    def __init__(self, *, show_answer: bool = True) -> None:
+        self.show_answer = show_answer  # `solve` prints the answer itself, after the failure notes
+
     def __call__(self, kind: str, payload: dict[str, Any]) -> None:
         if kind == "analysis":
             console.print(f"[bold]Analysis[/] {escape(truncate(payload['text'], 300))}", highlight=False)
@@ -98,10 +104,16 @@ class StepPrinter:
             mark = "[red]error[/]" if payload["error"] else "result"
             arguments = json.dumps(payload["arguments"], ensure_ascii=False)[:200]
             console.print(f"  input {escape(arguments)}", highlight=False)
+            code = payload.get("code")
+            if code and code != payload["arguments"].get("code"):  # written inside the tool: show what ran
+                lines = code.splitlines()
+                shown = "\n".join(f"    {line}" for line in lines[:15]) + ("\n    ..." if len(lines) > 15 else "")
+                console.print(f"  code written by the tool's model ({payload.get('llm_calls', 0)} call(s)):\n"
+                              f"{escape(shown)}", highlight=False)
             console.print(f"  {mark}: {escape(payload['output'])}", highlight=False)
         elif kind == "verdict":
             console.print(f"  verifier: [bold]{escape(str(payload['verdict']))}[/]")
-        elif kind == "answer":
+        elif kind == "answer" and self.show_answer:
             console.print(f"\n[bold green]Answer:[/] {escape(payload['answer'])}", highlight=False)
 
 
@@ -134,7 +146,7 @@ def solve(
                                       max_seconds=max_seconds, tool_timeout=tool_timeout, temperature=temperature)
         flow = Flow.from_config(flow_config)
         console.print(f"[bold]Question:[/] {escape(question.strip())}", highlight=False)
-        trajectory = flow.solve(question, on_event=StepPrinter())
+        trajectory = flow.solve(question, on_event=StepPrinter(show_answer=False))
     except AgentFlowError as err:
         raise _fail(str(err)) from None
     trajectory_out = trajectory_out or _new_trajectory_path()
@@ -143,6 +155,8 @@ def solve(
         style = "red" if failure.infrastructure else "yellow"
         console.print(f"[{style}]{escape(failure.stage)} {escape(failure.kind)}[/]: "
                       f"{escape(truncate(failure.message, 300))}", highlight=False)
+    # the answer after the notes on what went wrong, so that it is the last thing read before the totals
+    console.print(f"\n[bold green]Answer:[/] {escape(trajectory.answer)}", highlight=False)
     usage = trajectory.usage
     console.print(f"[dim]{len(trajectory.turns)} turn(s), stop: {trajectory.stop_reason}, {usage.calls} model calls, "
                   f"{usage.prompt_tokens}+{usage.completion_tokens} tokens, {trajectory.seconds:.1f}s[/]")
@@ -172,9 +186,13 @@ def tool_list(
     """Show the tool cards: the built-in tools, and those of the config's MCP servers."""
     from agentflow.tools.base import tool_classes
 
-    cards = [cls().card() for cls in tool_classes().values()]
+    classes = tool_classes()
+    cards = [cls().card() for cls in classes.values()]
     try:
         flow_config = load_config(config)
+        unknown = [name for name in flow_config.tools if name not in classes]
+        if unknown:
+            raise ConfigError(f"{config}: unknown tool(s) {', '.join(unknown)}; available: {', '.join(classes)}")
         if flow_config.mcp_servers:
             from agentflow.tools.mcp.tool import mcp_cards
 
@@ -185,8 +203,12 @@ def tool_list(
         console.print_json(json.dumps(cards))
         return
     table = Table(title="Tools", show_lines=True)
-    for column in ("name", "server", "description", "input", "limitations"):
-        table.add_column(column)
+    # names and servers are what the user types: never cut them, let the prose columns wrap instead
+    longest = max((len(card["name"]) for card in cards), default=4)
+    table.add_column("name", no_wrap=True, min_width=longest)
+    table.add_column("server", no_wrap=True)
+    for column in ("description", "input", "limitations"):
+        table.add_column(column, ratio=1, overflow="fold")
     for card in cards:
         props = card["input_schema"].get("properties", {})
         fields = ", ".join(f"{k}: {v.get('type', 'any')}" for k, v in props.items())
@@ -251,12 +273,22 @@ async def _run_tool(config: FlowConfig, name: str, arguments: dict[str, Any], ti
             raise ToolTimeoutError(f"tool {name!r} exceeded {timeout:.1f}s") from None
         shown: dict[str, Any] = {"output": result.output, "data": result.data, "truncated": result.truncated}
         if result.llm_calls:
-            shown["llm_calls"] = result.llm_calls
+            # per-token ids and log-probs are hundreds of lines a reader never needs (trajectories keep them)
+            shown["llm_calls"] = _without_token_arrays(result.llm_calls)
         return shown
     finally:
         await tool.aclose()
         if engine is not None:
             await engine.aclose()
+
+
+def _without_token_arrays(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_token_arrays(v) for k, v in value.items()
+                if k not in ("prompt_token_ids", "token_ids", "logprobs")}
+    if isinstance(value, list):
+        return [_without_token_arrays(v) for v in value]
+    return value
 
 
 _mount_subcommands()

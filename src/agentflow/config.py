@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from agentflow.engines.base import SamplingParams
-from agentflow.errors import ConfigError
+from agentflow.errors import ConfigError, validation_message
 from agentflow.tools.mcp.config import SERVER_NAME_PATTERN, McpServerConfig
 
 
@@ -201,7 +201,7 @@ class FlowConfig(_Strict):
         try:
             return cls.model_validate(raw)
         except ValidationError as err:
-            raise ConfigError(f"{source}: {err}") from None
+            raise ConfigError(f"{source}: {validation_message(err, cls)}") from None
 
 
 BUNDLED_FLOW = Path(__file__).parent / "configs" / "flow_default.yaml"

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel, ValidationError
+
 
 class AgentFlowError(Exception):
     """Base class for all errors raised by agentflow."""
@@ -120,3 +125,39 @@ class QuestionTimeoutError(AgentFlowError):
 
 INFRASTRUCTURE_ERRORS: tuple[type[AgentFlowError], ...] = (EngineError, ConfigError)
 """Failures that say nothing about the policy's answer: evaluation and training count them apart."""
+
+
+def validation_message(err: ValidationError, model: type[BaseModel] | None = None) -> str:
+    """Pydantic's errors as one line (`key.path: problem; ...`), without its URLs; an unknown key names the
+    nearest known one."""
+    parts = []
+    for error in err.errors(include_url=False):
+        where = ".".join(str(p) for p in error["loc"]) or "top level"
+        if error["type"] == "extra_forbidden":
+            hint = _nearest_key(model, [str(p) for p in error["loc"]]) if model else None
+            parts.append(f"unknown key {where}" + (f" (did you mean {hint}?)" if hint else ""))
+        else:
+            got = error.get("input")
+            shown = f" (got {got!r})" if isinstance(got, str | int | float | bool) else ""
+            parts.append(f"{where}: {error['msg']}{shown}")
+    return "; ".join(parts)
+
+
+def _nearest_key(model: type[BaseModel], loc: list[str]) -> str | None:
+    """The known field closest to the last key of `loc`, found by walking the models along it."""
+    import difflib
+
+    from pydantic import BaseModel
+
+    current: Any = model
+    for part in loc[:-1]:
+        fields = getattr(current, "model_fields", None)
+        if fields is None or part not in fields:
+            return None
+        annotation = fields[part].annotation
+        current = annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+        if current is None:
+            return None
+    names = list(getattr(current, "model_fields", {}))
+    match = difflib.get_close_matches(loc[-1], names, n=1, cutoff=0.6)
+    return ".".join([*loc[:-1], match[0]]) if match else None

@@ -363,9 +363,11 @@ class Flow:
             entry.result = result.output
         finally:
             call.seconds = time.perf_counter() - start
+        code = call.data.get("code") if isinstance(call.data, dict) else None
         emit("tool", {"turn": turn.index, "tool": tool_name, "arguments": call.arguments,
                       "output": truncate(call.output or (call.error.message if call.error else ""), 200),
-                      "error": call.error is not None})
+                      "error": call.error is not None, "code": code if isinstance(code, str) else None,
+                      "llm_calls": len(call.llm_calls)})
 
     @staticmethod
     def _step_outputs(traj: Trajectory, current: Turn) -> list[str]:

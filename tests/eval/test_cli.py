@@ -87,3 +87,14 @@ def test_changed_config_is_refused_with_a_message(tmp_path: Path) -> None:
     result = runner.invoke(parent, ["eval", "amc23", *out, "--config", str(config)])
     assert result.exit_code == 2
     assert "different configuration" in result.output and "max_turns" in result.output
+
+
+def test_a_changed_tool_set_is_listed_among_the_differences(tmp_path: Path) -> None:
+    """Regression (issue 19): a config without `python` was refused with "Differences:" and nothing after it."""
+    out = ["--out", str(tmp_path / "out"), "--agent", AGENT, "--limit", "1"]
+    assert runner.invoke(parent, ["eval", "amc23", *out]).exit_code == 0
+    config = tmp_path / "flow.yaml"
+    config.write_text("tools:\n  wikipedia_search: {}\n  base_generator: {}\n")
+    result = runner.invoke(parent, ["eval", "amc23", *out, "--config", str(config)])
+    assert result.exit_code == 2
+    assert "flow.tools: removed python" in " ".join(result.output.split())

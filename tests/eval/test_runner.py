@@ -141,6 +141,50 @@ def test_changed_config_in_the_same_directory_is_refused(tmp_path: Path) -> None
     assert len(lines(tmp_path)) == 2
 
 
+def test_every_difference_is_listed_tools_servers_engines_and_nested_keys(tmp_path: Path) -> None:
+    """Regression (issue 19): removing a tool enabled as `python: {}` listed no difference at all."""
+    bench = write_bench(tmp_path / "capitals.json", 2)
+    base = bundled_flow_config().model_dump(mode="json")
+    run_eval(EvalSettings(benches=[str(bench)], out=tmp_path / "out"), console=Console(file=io.StringIO()),
+             solver=paris_agent(), flow_config=FlowConfig.from_dict(base))
+    changed = json.loads(json.dumps(base))
+    del changed["tools"]["python"]
+    changed["tools"]["wikipedia_search"] = {"top_k": 5}
+    changed["mcp_servers"] = {"clock": {"command": "mcp-server-time"}}
+    changed["engines"]["policy"] = {"kind": "transformers", "adapter": "runs/demo/final/adapter"}
+    changed["roles"]["planner"]["engine"] = "policy"
+    changed["roles"]["generator"]["sampling"]["max_tokens"] = 99
+    settings = EvalSettings(benches=[str(bench)], out=tmp_path / "out")
+    with pytest.raises(ConfigError) as refused:
+        run_eval(settings, console=Console(file=io.StringIO()), solver=paris_agent(),
+                 flow_config=FlowConfig.from_dict(changed))
+    listed = str(refused.value).split("Differences:")[1]
+    assert "flow.tools: removed python" in listed
+    assert "flow.tools.wikipedia_search.top_k: '<absent>' -> 5" in listed
+    assert "flow.mcp_servers: added clock" in listed
+    assert "flow.engines: added policy" in listed                     # the adapter's engine
+    assert "flow.roles.planner.engine: 'default' -> 'policy'" in listed
+    assert "flow.roles.generator.sampling.max_tokens: 64 -> 99" in listed
+    assert len(lines(tmp_path)) == 2
+
+
+def test_a_directory_without_results_blocks_nothing(tmp_path: Path) -> None:
+    """A run that stopped before its first item (a tool that is not set up) left config.json and
+    summary.json; another configuration may use the directory."""
+    from tests.eval.fake_agents import broken_setup_agent
+
+    bench = write_bench(tmp_path / "capitals.json", 2)
+    with pytest.raises(ConfigError, match="index missing"):
+        run(tmp_path, bench, broken_setup_agent(None))
+    assert (tmp_path / "out" / "config.json").is_file() and (tmp_path / "out" / "summary.json").is_file()
+    write_bench(bench, 3)                                              # other data, too
+    report = run_eval(EvalSettings(benches=[str(bench)], out=tmp_path / "out"), console=Console(file=io.StringIO()),
+                      solver=paris_agent(), flow_config=FlowConfig.from_dict({"limits": {"max_turns": 2}}))
+    assert report.summaries["capitals"].scored == 3
+    config = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert config["fingerprint"] == report.fingerprint and len(config["invocations"]) == 1
+
+
 def test_changed_benchmark_data_in_the_same_directory_is_refused(tmp_path: Path) -> None:
     bench = write_bench(tmp_path / "capitals.json", 2)
     run(tmp_path, bench, paris_agent())

@@ -49,3 +49,34 @@ def test_bad_config_is_reported_not_raised(tmp_path):
     result = runner.invoke(app, ["train", "--config", str(path)])
     assert result.exit_code == 2
     assert "group_size" in result.output
+
+
+def test_help_gives_one_default_for_data():
+    """Regression (issue 19): `data` said "default: the shipped tool_use task" while data.task defaults to
+    lookup_compute."""
+    result = runner.invoke(app, ["train", "--help"], terminal_width=300)
+    text = " ".join(result.output.split())
+    assert "tool_use task" not in text and "default: lookup_compute" in text
+
+
+def test_unknown_config_key_is_one_line(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("eval_sise: 3\nlora:\n  rnk: 4\n")
+    result = runner.invoke(app, ["train", "--config", str(path)])
+    text = " ".join(result.output.split())                             # rich wraps the one line at 80 columns
+    assert result.exit_code == 2 and text.count("error:") == 1, result.output
+    assert "unknown key eval_sise (did you mean eval_size?)" in text and "validation error" not in text
+    assert "unknown key lora.rnk (did you mean lora.rank?)" in text and "https://" not in text
+
+
+def test_eval_size_is_a_flag_and_refused_where_it_would_be_ignored(tmp_path):
+    result = runner.invoke(app, ["train", "--help"], terminal_width=200)
+    assert "--eval-size" in result.output
+    path = tmp_path / "c.yaml"
+    path.write_text("eval_size: 0\n")
+    result = runner.invoke(app, ["train", "--config", str(path), "--eval-size", "3", "--max-steps", "0",
+                                 "--algorithm", "bogus"])
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "algorithm:" in text and "greater than or equal" not in text  # flag won
+    result = runner.invoke(app, ["train", "--backend", "verl", "--eval-size", "3"])
+    assert result.exit_code == 2 and "--eval-size goes with --backend local" in result.output

@@ -143,3 +143,22 @@ def test_the_right_tool_is_per_turn_for_a_sequence_and_the_same_for_a_single_too
     assert [expected_tool(two, turn) for turn in (1, 2, 3)] == ["wikipedia_search", "python", None]
     assert expected_tool(QUESTIONS[1], 1) == expected_tool(QUESTIONS[1], 2) == "python"
     assert expected_tool(Question("q", "?", "a", "exact_match"), 1) is None
+
+
+async def test_a_tool_not_picked_is_recorded_as_zero_every_step():
+    """Regression (issue 19): a tool's share was logged only when the tool was picked, so the viewer's line
+    stopped where the planner abandoned the tool while `train plot` drew 0."""
+    config = FlowConfig.from_dict({
+        "engines": {"policy": {"kind": "transformers"}, "helper": {"kind": "llamacpp"}},
+        "roles": {"planner": {"engine": "policy"}, "executor": {"engine": "helper"},
+                  "verifier": {"engine": "helper"}, "generator": {"engine": "helper"},
+                  "tools": {"engine": "helper"}},
+        "tools": {"base_generator": {}, "python": {}}, "limits": {"max_turns": 1}, "query_analysis": False,
+        "verify": False})
+    helper = ScriptedEngine(lambda m: "<answer>Paris</answer>" if "final answer" in m[0]["content"]
+                            else '{"prompt": "hello"}')
+    batch = await run_rollouts(Flow.from_config(config, engines={"policy": TokenEngine(PLAN), "helper": helper}),
+                               QUESTIONS[:1], group_size=2, concurrency=2)
+    metrics = batch.metrics()
+    assert metrics["tool/base_generator"] == 1.0 and metrics["tool/python"] == 0.0 and metrics["tool/invalid"] == 0
+    assert metrics["tool/turn1/base_generator"] == 1.0 and metrics["tool/turn1/python"] == 0.0

@@ -72,9 +72,10 @@ class Watched:
         self.page.goto(url)
         return self.ready()
 
-    def ready(self, timeout_s: float = 15.0) -> Any:
+    def ready(self, timeout_s: float = 60.0) -> Any:
         """Wait until the page for the current address is drawn. (Polled from here: Playwright's
-        wait_for_function evaluates a string, which the page's Content-Security-Policy forbids.)"""
+        wait_for_function evaluates a string, which the page's Content-Security-Policy forbids.) The limit is
+        for a page that never draws: on a busy 2-core machine a healthy first page took more than 15 s."""
         for _ in range(int(timeout_s * 10)):
             state = self.page.evaluate("[document.body.dataset.ready ?? null, location.hash || '#/']")
             if state[0] is not None and state[1].startswith("#" + state[0]):

@@ -44,13 +44,25 @@ def hostile_flow(answer: Callable[[str], str]) -> Flow:
     return Flow.from_config(config, engines={"default": engine}, tools={"echo": EchoTool()})
 
 
-def eval_run(out: Path, answer: Callable[[str], str], *, questions: list[dict[str, Any]] | None = None) -> Path:
-    """An eval run directory written by the eval runner around the scripted flow."""
+def eval_run(out: Path, answer: Callable[[str], str], *, questions: list[dict[str, Any]] | None = None,
+             flow_config: FlowConfig | None = None) -> Path:
+    """An eval run directory written by the eval runner around the scripted flow; `flow_config` is the
+    configuration recorded in its config.json (default: the bundled one)."""
     bench = out.parent / "quiz.jsonl"
     bench.write_text("".join(json.dumps(q) + "\n" for q in questions or QUESTIONS))
     settings = EvalSettings(benches=[str(bench)], out=out, concurrency=2)
-    run_eval(settings, console=Console(file=io.StringIO()), solver=hostile_flow(answer))
+    run_eval(settings, console=Console(file=io.StringIO()), solver=hostile_flow(answer), flow_config=flow_config)
     return out
+
+
+def trained_flow_config(adapter: str = "runs/demo/final/adapter") -> FlowConfig:
+    """The bundled flow with its planner on a transformers engine carrying a LoRA adapter (a trained run)."""
+    from agentflow.config import bundled_flow_config
+
+    raw = bundled_flow_config().model_dump(mode="json")
+    raw["engines"]["policy"] = {"kind": "transformers", "adapter": adapter}
+    raw["roles"]["planner"]["engine"] = "policy"
+    return FlowConfig.from_dict(raw)
 
 
 def right_on_france(question: str) -> str:

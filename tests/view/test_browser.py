@@ -15,13 +15,23 @@ import pytest
 from agentflow.view.api import ViewApp
 from agentflow.view.export import write_export
 from tests.view.browser import Watched, expect, launch, require_chromium, serving
-from tests.view.builders import IMG, SCRIPT, eval_run, right_on_france, right_on_hamlet, train_run
+from tests.view.builders import (
+    IMG,
+    SCRIPT,
+    eval_run,
+    right_on_france,
+    right_on_hamlet,
+    train_run,
+    trained_flow_config,
+    trajectory_dict,
+)
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("runs")
     return {"a": eval_run(root / "a", right_on_france), "b": eval_run(root / "b", right_on_hamlet),
+            "trained": eval_run(root / "trained", right_on_hamlet, flow_config=trained_flow_config()),
             "new": train_run(root / "train_new", new_format=True),
             "old": train_run(root / "train_old", new_format=False), "root": root}
 
@@ -209,3 +219,96 @@ def test_a_page_that_does_not_exist(browser: Any, runs: dict[str, Path]) -> None
         page.wait_for_selector("body[data-ready]")
         assert "Not found" in page.locator("h1").inner_text() and "nope" in page.locator("main").inner_text()
     context.close()
+
+
+def test_an_abandoned_tool_reaches_zero_as_train_plot_draws_it(tab: Watched, tmp_path: Path) -> None:
+    """Regression (issue 19): a run that logged a tool's share only when it was picked drew a line that stopped
+    where the planner abandoned the tool; `agentflow train plot` draws 0 there, and so must the page."""
+    from agentflow.train.plot import panels_of
+
+    run = train_run(tmp_path / "train", new_format=True, steps=3)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for record in records:
+        for key in [k for k in record if k.startswith("tool/turn")]:
+            del record[key]
+        if "reward_mean" in record:                               # python at step 1, then search only
+            record["tool/turn1/python" if record["step"] == 1 else "tool/turn1/wikipedia_search"] = 1.0
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert ("tool/turn1/", "tool picked at turn 1 (rollouts)") in panels_of(records)
+    with serving([run]) as url:
+        page = tab.open(url)
+        chart = page.locator("figure.chart", has=page.locator("figcaption", has_text="Tool choice at turn 1"))
+        paths = chart.locator("path.series")
+        assert paths.count() == 2
+        for d in paths.evaluate_all("(ps) => ps.map((p) => p.getAttribute('d'))"):
+            assert d.count("M") + d.count("L") == 3, d                  # both lines span steps 1-3
+        plot = chart.locator("svg.plot")
+        plot.scroll_into_view_if_needed()
+        box = plot.bounding_box()
+        plot.hover(position={"x": box["width"] - 12, "y": box["height"] / 2})   # the last step
+        tip = chart.locator(".tip").inner_text()
+        assert "step 3" in tip and "python 0%" in tip and "wikipedia_search 100%" in tip
+
+
+def test_labels_tell_the_truth_verifier_engines_adapter_and_config_differences(
+        tab: Watched, runs: dict[str, Path], tmp_path: Path) -> None:
+    """Regression (issue 19): "verdict unparsed" on every turn of a flow without verifier, an empty engine
+    column, the LoRA adapter nowhere, and no configuration differences on the comparison page."""
+    trajectory = trajectory_dict("What is 6*7?", "42")
+    trajectory["turns"][0].update({"verdict": None, "verdict_parsed": False, "verifier": None})
+    sampling = {"temperature": 0.0, "max_tokens": 48}
+    trajectory["roles"] = {
+        "planner": {"engine_name": "policy", "engine": "transformers", "model": "SmolLM2-135M-Instruct",
+                    "adapter": "runs/demo/final/adapter", "sampling": sampling},
+        "generator": {"engine_name": "default", "engine": "llamacpp", "model": "smollm2", "sampling": sampling}}
+    path = tmp_path / "no_verifier.json"
+    path.write_text(json.dumps(trajectory))
+    with serving([path]) as url:
+        page = tab.open(url)
+        header = page.locator(".turn header").inner_text()
+        assert "no verifier" in header and "unparsed" not in page.locator("main").inner_text()
+        page.locator("details.roles summary").click()
+        cells = [row.locator("td").all_inner_texts() for row in page.locator("details.roles tbody tr").all()]
+        assert cells[0][:4] == ["planner", "transformers (policy)", "SmolLM2-135M-Instruct",
+                                "runs/demo/final/adapter"]
+        assert cells[1][:4] == ["generator", "llamacpp (default)", "smollm2", "–"]
+
+    with serving([runs["b"], runs["trained"]]) as url:
+        page = tab.open(url)
+        assert page.url.endswith("#/compare/0/1")
+        listed = page.locator("ul.config-diff li").all_inner_texts()
+        assert "flow.engines: added policy" in listed
+        assert "flow.roles.planner.engine: 'default' -> 'policy'" in listed
+        assert "2 difference(s)" in page.locator("main").inner_text()
+        page.goto(url + "#/run/1")
+        tab.ready()
+        assert "transformers · bundled SmolLM2-135M + adapter runs/demo/final/adapter" in page.locator(
+            ".settings").inner_text()
+    with serving([runs["a"], runs["b"]]) as url:
+        page = tab.open(url)
+        assert "Configuration: the same" in page.locator("main").inner_text()
+
+
+def test_the_code_a_tool_wrote_and_its_inner_call_can_be_read(tab: Watched, tmp_path: Path) -> None:
+    """Regression (issue 19): the page said "1 model call(s) inside the tool" as a label that could not be
+    opened, and never showed the code the python tool wrote and ran."""
+    trajectory = trajectory_dict("What is 17 * 23?", "391")
+    reply = "```python\nprint(17 * 23)\n```"
+    trajectory["turns"][0]["tool_call"] = {
+        "tool": "python", "arguments": {"task": "multiply 17 by 23"}, "output": "391",
+        "data": {"code": "print(17 * 23)", "stdout": "391\n", "ok": True},
+        "llm_calls": [{"role": "tools", "engine": {"engine": "llamacpp", "model": "smollm2"},
+                       "sampling": {"temperature": 0.0, "max_tokens": 128},
+                       "messages": [{"role": "system", "content": "You write short Python 3 programs."},
+                                    {"role": "user", "content": "Task: multiply 17 by 23"}],
+                       "completion": {"text": reply, "prompt_tokens": 40, "completion_tokens": 9}}]}
+    path = tmp_path / "python_task.json"
+    path.write_text(json.dumps(trajectory))
+    with serving([path]) as url:
+        page = tab.open(url)
+        tool = page.locator(".step.tool")
+        assert "code that ran" in tool.inner_text() and "print(17 * 23)" in tool.inner_text()
+        assert "model call 1 of 1 inside the tool" in tool.inner_text()
+        tool.locator("details.call summary", has_text="prompt and reply inside the tool").click()
+        opened = tool.locator("details.call[open]").inner_text()
+        assert "Task: multiply 17 by 23" in opened and "```python" in opened

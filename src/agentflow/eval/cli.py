@@ -74,7 +74,9 @@ def run(
     """Run benchmarks; results go to DIR/results.jsonl (resumable), DIR/summary.json and DIR/trajectories/."""
     from agentflow.eval.benchmarks import BENCHMARKS
     from agentflow.eval.runner import EvalSettings, render_summaries, run_eval
+    from agentflow.libwarnings import quiet_libraries
 
+    quiet_libraries(verbose)
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     names: list[str] = []

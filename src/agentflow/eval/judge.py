@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentflow.config import EngineConfig
 from agentflow.engines.base import Engine, Message, SamplingParams
-from agentflow.errors import ConfigError, EngineError
+from agentflow.errors import ConfigError, EngineError, validation_message
 
 log = logging.getLogger(__name__)
 
@@ -56,8 +56,10 @@ class JudgeConfig(BaseModel):
             raise ConfigError(f"judge config file not found: {path}")
         try:
             return cls.model_validate(yaml.safe_load(path.read_text()) or {})
-        except (yaml.YAMLError, ValidationError) as err:
+        except yaml.YAMLError as err:
             raise ConfigError(f"{path}: {err}") from None
+        except ValidationError as err:
+            raise ConfigError(f"{path}: {validation_message(err, cls)}") from None
 
 
 class JudgeVerdict(BaseModel):

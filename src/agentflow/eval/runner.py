@@ -32,6 +32,7 @@ from rich.table import Table
 from agentflow.config import FlowConfig, bundled_flow_config
 from agentflow.errors import ConfigError
 from agentflow.eval.benchmarks import Benchmark, BenchmarkItem, load_benchmark
+from agentflow.eval.identity import config_differences
 from agentflow.eval.judge import JudgeConfig, LLMJudge
 from agentflow.eval.results import (
     RESULTS_FORMAT_VERSION,
@@ -91,21 +92,6 @@ def safe_name(item_id: str) -> str:
 
 def fingerprint(identity: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    if isinstance(value, dict):
-        flat: dict[str, Any] = {}
-        for key, inner in value.items():
-            flat.update(_flatten(inner, f"{prefix}.{key}" if prefix else str(key)))
-        return flat
-    return {prefix: value}
-
-
-def _differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    a, b = _flatten(old), _flatten(new)
-    return [f"{key}: {a.get(key, '<absent>')!r} -> {b.get(key, '<absent>')!r}"
-            for key in sorted(set(a) | set(b)) if a.get(key) != b.get(key)]
 
 
 @contextlib.contextmanager
@@ -236,13 +222,21 @@ class EvalRun:
 
     # -- directory ---------------------------------------------------------------------------------
 
-    def _check_config(self) -> None:
-        """Refuse a directory written by another configuration; record this invocation in config.json."""
+    def _check_config(self, done: dict[str, ItemResult]) -> None:
+        """Refuse a directory holding results of another configuration; record this invocation in config.json.
+
+        A directory without results (a run that stopped before its first item) blocks nothing: its config is
+        replaced."""
         path = self.out / "config.json"
         previous: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+        if previous and not done:
+            if previous.get("fingerprint") != self.fingerprint:
+                log.info("%s holds no results; its configuration is replaced", self.out)
+            previous = {}
         if previous and previous.get("fingerprint") != self.fingerprint:
-            changes = _differences(previous.get("identity", {}), self.identity)
-            shown = "\n  ".join(changes[:15]) + ("\n  ..." if len(changes) > 15 else "")
+            changes = config_differences(previous.get("identity", {}), self.identity) or [
+                "(none in the recorded settings: the fingerprint's recipe changed)"]
+            shown = "\n  ".join(changes)
             raise ConfigError(
                 f"{self.out} holds results of a different configuration; refusing to mix them. Use another --out "
                 f"(or the default, which is named after the configuration). Differences:\n  {shown}")
@@ -250,7 +244,8 @@ class EvalRun:
         for bench in self.benchmarks:
             entry = {"source": bench.source, "sha256": bench.sha256, "scorer": bench.scorer}
             old = benches.get(bench.name)
-            if old and (old.get("sha256"), old.get("scorer")) != (bench.sha256, bench.scorer):
+            has_results = any(r.bench == bench.name for r in done.values())
+            if old and has_results and (old.get("sha256"), old.get("scorer")) != (bench.sha256, bench.scorer):
                 raise ConfigError(
                     f"{self.out} holds {bench.name} results from other data or another scorer "
                     f"({old.get('source')}, {old.get('scorer')}); use another --out")
@@ -314,9 +309,9 @@ class EvalRun:
     async def run(self) -> EvalReport:
         self.out.mkdir(parents=True, exist_ok=True)
         with _directory_lock(self.out):
-            self._check_config()
             self.log.repair()
             done = self.log.read()
+            self._check_config(done)
             todo: list[tuple[BenchmarkItem, str]] = []
             for bench in self.benchmarks:
                 for note in bench.notes:

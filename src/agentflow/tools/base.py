@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from agentflow.engines.base import Completion, Message
-from agentflow.errors import ConfigError, ToolInputError, UnknownToolError
+from agentflow.errors import ConfigError, ToolInputError, UnknownToolError, validation_message
 from agentflow.textsafe import clean_text
 
 LLMCall = Callable[[list[Message]], Awaitable[Completion]]
@@ -186,5 +186,5 @@ def create_tool(name: str, settings: dict[str, Any] | None = None) -> Tool:
     try:
         parsed = cls.settings_model.model_validate(settings or {})
     except ValidationError as err:
-        raise ConfigError(f"bad settings for tool {name!r}: {err}") from None
+        raise ConfigError(f"bad settings for tool {name!r}: {validation_message(err, cls.settings_model)}") from None
     return cls(parsed)

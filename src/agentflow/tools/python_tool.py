@@ -93,6 +93,28 @@ def echo_last_expression(code: str) -> str:
             "if __value is not None:\n    print(repr(__value))\n")
 
 
+class CopiedExampleError(ToolError):
+    """The code writer answered its worked example instead of the task (small models copy the last example)."""
+
+    kind = "copied_example"
+
+
+def _words(text: str) -> set[str]:
+    return {w.lower() for w in re.findall(r"[^\W_]+", text)}
+
+
+def copied_code_example(code: str, asked: str) -> str | None:
+    """The worked example's task whose code `code` repeats, when that code carries something of the example
+    (its numbers, its names) that the task and question lack: the same rule as the executor's
+    `copied_example`, so a generic program that happens to match is no leak."""
+    for example_task, example_reply in CODE_WRITER_EXAMPLES:
+        if extract_code(example_reply) != code.strip():
+            continue
+        if _words(code) & _words(example_task) - _words(asked):
+            return example_task
+    return None
+
+
 @register_tool
 class PythonTool(Tool):
     name = "python"
@@ -167,6 +189,10 @@ class PythonTool(Tool):
         code = extract_code(completion.text)
         if not code:
             raise ToolError("the LLM wrote no code for the task")
+        copied = copied_code_example(code, f"{task} {ctx.question}")
+        if copied is not None:
+            raise CopiedExampleError(f"the code writer repeated its worked example for {copied!r} ({code.strip()}) "
+                                     f"instead of code for the task {task!r}; not run")
         return code
 
     def _render(self, result: SandboxResult) -> str:

@@ -47,6 +47,8 @@ def train(
     = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the run directory's last checkpoint.")]
     = False,
+    eval_size: Annotated[int | None, typer.Option("--eval-size", min=1, help="Override eval_size: held-out "
+                                                  "questions per evaluation (the first N).")] = None,
     algorithm: Annotated[str | None, typer.Option("--algorithm", help="grpo | sft | frozen (overrides config).")]
     = None,
     backend: Annotated[str, typer.Option("--backend", help="local: this machine (torch); verl: hand training to "
@@ -62,6 +64,9 @@ def train(
     """
     if ctx.invoked_subcommand is not None:
         return
+    from agentflow.libwarnings import quiet_libraries
+
+    quiet_libraries(verbose)
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if backend not in ("local", "verl"):
@@ -69,6 +74,10 @@ def train(
         raise typer.Exit(2)
     if print_config and backend != "verl":
         err_console.print("[bold red]error:[/] --print-config goes with --backend verl")
+        raise typer.Exit(2)
+    if backend == "verl" and eval_size is not None:
+        err_console.print("[bold red]error:[/] --eval-size goes with --backend local (verl evaluates through its "
+                          "own trainer settings)")
         raise typer.Exit(2)
     if backend == "verl":
         from agentflow.verl.cli import train_on_verl
@@ -84,7 +93,7 @@ def train(
     from agentflow.train.trainer import Trainer
 
     try:
-        overrides: dict[str, Any] = {"max_steps": max_steps, "algorithm": algorithm}
+        overrides: dict[str, Any] = {"max_steps": max_steps, "algorithm": algorithm, "eval_size": eval_size}
         if config is None:
             cfg = TrainConfig.from_dict({k: v for k, v in overrides.items() if v is not None})
         else:

@@ -20,6 +20,7 @@ from agentflow.config import (
     RolesConfig,
     TransformersEngineConfig,
     read_yaml_mapping,
+    validation_message,
 )
 from agentflow.engines.base import SamplingParams
 from agentflow.errors import ConfigError
@@ -103,7 +104,7 @@ class TrainConfig(_Strict):
 
     # -- data -------------------------------------------------------------------------------------
     data: DataSettings = Field(default_factory=DataSettings, description="Question files and fields (the "
-                               "`data.*` keys); default: the shipped tool_use task.")
+                               "`data.*` keys below).")
 
     # -- rollout ----------------------------------------------------------------------------------
     batch_size: int = Field(4, ge=1, description="B: questions per step.")
@@ -242,5 +243,7 @@ class TrainConfig(_Strict):
     def from_dict(cls, raw: dict[str, Any], *, source: str = "config") -> TrainConfig:
         try:
             return cls.model_validate(raw)
-        except (ValidationError, ConfigError) as err:
+        except ValidationError as err:
+            raise ConfigError(f"{source}: {validation_message(err, cls)}") from None
+        except ConfigError as err:
             raise ConfigError(f"{source}: {err}") from None

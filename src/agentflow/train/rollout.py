@@ -60,6 +60,8 @@ class RolloutBatch:
     rollouts: list[Rollout]
     excluded: list[Rollout] = field(default_factory=list)
     seconds: float = 0.0
+    tool_names: list[str] = field(default_factory=list)
+    """The flow's tools: each gets a share every step, 0 when not picked, so a dropped tool's curve reaches 0."""
 
     def rewards(self) -> torch.Tensor:
         return torch.tensor([r.score.value for r in self.rollouts if r.score is not None], dtype=torch.float32)
@@ -111,14 +113,15 @@ class RolloutBatch:
             "context_overflows": sum(1 for r in scored if any(f.kind == "context_overflow"
                                                               for f in r.trajectory.failures)),
         }
-        out.update({f"tool/{name}": count / max(n_turns, 1) for name, count in sorted(tools.items())})
+        names = sorted({*self.tool_names, "invalid", *tools})
+        out.update({f"tool/{name}": tools[name] / max(n_turns, 1) for name in names})
         by_turn: dict[int, Counter[str]] = {}
         for r in scored:
             for turn in r.trajectory.turns:
                 by_turn.setdefault(turn.index, Counter())[turn.tool if turn.tool_valid else "invalid"] += 1
         for index, counts in sorted(by_turn.items()):
             total = sum(counts.values())
-            out.update({f"tool/turn{index}/{name}": count / total for name, count in sorted(counts.items())})
+            out.update({f"tool/turn{index}/{name}": counts[name] / total for name in sorted({*names, *counts})})
         if right_tool:
             out["tool_choice_accuracy"] = sum(right_tool) / len(right_tool)
         return out
@@ -163,6 +166,7 @@ async def run_rollouts(flow: Flow, questions: list[Question], *, group_size: int
 
     results = await asyncio.gather(*(one(q, i) for q in questions for i in range(group_size)))
     batch = RolloutBatch(rollouts=[r for r in results if r.infrastructure is None],
-                         excluded=[r for r in results if r.infrastructure is not None])
+                         excluded=[r for r in results if r.infrastructure is not None],
+                         tool_names=list(getattr(flow, "tools", {}) or {}))
     batch.seconds = loop.time() - start
     return batch

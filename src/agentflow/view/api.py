@@ -24,8 +24,9 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 from agentflow.eval.compare import compare_results
+from agentflow.eval.identity import config_differences
 from agentflow.view.eval_run import EvalRunView, gold_text
-from agentflow.view.sources import Source, TrajectoryFileView, describe, open_source
+from agentflow.view.sources import Source, TrajectoryFileView, describe, open_source, problem_of
 from agentflow.view.train_run import TrainRunView
 
 
@@ -62,6 +63,15 @@ class ViewApp:
 
     def __init__(self, paths: list[Path]) -> None:
         self.sources: list[Source] = [open_source(path) for path in paths]
+
+    def problems(self) -> dict[Path, str]:
+        """The sources that show nothing, by path, with the reason."""
+        found = {}
+        for source in self.sources:
+            problem = problem_of(source)
+            if problem is not None:
+                found[source.path if isinstance(source, TrajectoryFileView) else source.directory] = problem
+        return found
 
     def warm(self) -> None:
         """Read every run once (in a thread at start-up), so the page's first request finds them read."""
@@ -129,8 +139,13 @@ class ViewApp:
                     flipped.append({"id": item_id, "bench": c.bench, "direction": direction,
                                     "question": first.question[:400], "gold": gold_text(first.gold)[:200],
                                     "a": first.prediction[:300], "b": second.prediction[:300]})
+        identities = [run.config().get("identity") for run in (a, b)]
+        if all(isinstance(i, dict) for i in identities):
+            differences: list[str] | None = config_differences(*identities)
+        else:  # a run without a readable config.json: say nothing rather than something wrong
+            differences = None
         return {"kind": "compare", "names": [a.directory.name, b.directory.name],
-                "paths": [str(a.directory), str(b.directory)],
+                "paths": [str(a.directory), str(b.directory)], "config_differences": differences,
                 "benchmarks": [{**c.model_dump(mode="json", exclude={"gained", "lost"}), "fixed": len(c.gained),
                                 "broke": len(c.lost)} for c in comparisons],
                 "flipped": flipped}

@@ -60,6 +60,15 @@ def view(
     except AgentFlowError as err:
         err_console.print(f"[bold red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(2) from None
+    problems = app.problems()
+    if len(problems) == len(app.sources):
+        for path, problem in problems.items():
+            err_console.print(f"[bold red]error:[/] {escape(str(path))}: {escape(problem)}", highlight=False)
+        err_console.print("[bold red]error:[/] nothing readable to view", highlight=False)
+        raise typer.Exit(2)
+    for path, problem in problems.items():
+        err_console.print(f"[yellow]warning:[/] {escape(str(path))}: {escape(problem)}; its page will say so",
+                          highlight=False)
     if export is not None:
         from agentflow.view.export import write_export
 
@@ -86,6 +95,17 @@ def view(
     try:
         server.serve_forever(poll_interval=0.25)
     except KeyboardInterrupt:
-        pass
+        server.server_close()
+        err_console.print("stopped", highlight=False)
+        _exit_now(0)
     finally:
         server.server_close()
+
+
+def _exit_now(code: int) -> None:
+    """End the process at once. A normal exit waits on other threads (a connection's handler, the warm-up
+    read, an import one of them holds the lock of), which kept the server alive for seconds after Ctrl-C."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -108,6 +108,10 @@ class EvalRunView:
                 self.items[record.id] = record
                 self.rows.append(item_row(record))
 
+    def config(self) -> dict[str, Any]:
+        """config.json, or {} when it is missing or unreadable."""
+        return self._config()
+
     def _config(self) -> dict[str, Any]:
         config, _ = read_json_file(self.directory / "config.json")
         return config if isinstance(config, dict) else {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,36 @@ class TrajectoryFileView:
 
 
 Source = EvalRunView | TrainRunView | TrajectoryFileView
+
+
+def _readable_lines(path: Path) -> bool | None:
+    """None: the file is missing or empty (a run that has not written yet); else whether a line is a JSON
+    object."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    if not text.strip():
+        return None
+    for line in text.splitlines():
+        try:
+            if isinstance(json.loads(line), dict):
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+def problem_of(source: Source) -> str | None:
+    """Why a source shows nothing (one line), or None. Checked once at start, so the terminal says it before
+    any page does."""
+    if isinstance(source, TrajectoryFileView):
+        return source.overview()["trajectory_problem"]
+    marker = "results.jsonl" if isinstance(source, EvalRunView) else "metrics.jsonl"
+    config, _ = read_json_file(source.directory / "config.json")
+    if _readable_lines(source.directory / marker) is False and not isinstance(config, dict):
+        return f"{marker} has no readable line and config.json is missing or unreadable"
+    return None
 
 
 def open_source(path: Path) -> Source:

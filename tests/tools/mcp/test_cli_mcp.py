@@ -57,3 +57,14 @@ def test_a_server_that_cannot_start_is_a_clear_error(tmp_path):
     path.write_text(yaml.safe_dump({"mcp_servers": {"ghost": {"command": "/no/such/mcp-server"}}}))
     result = run("tool", "list", "--config", str(path))
     assert result.exit_code == 2 and "could not run '/no/such/mcp-server'" in " ".join(result.output.split())
+
+
+def test_tool_list_shows_long_mcp_names_whole_at_80_columns(tmp_path):
+    """Regression (issue 19): names to type were cut at 80 columns (`time.convert…`)."""
+    path = tmp_path / "flow.yaml"
+    server = fastmcp_config(include=["add", "echo"]).model_dump()
+    path.write_text(yaml.safe_dump({"tools": {"python": {}}, "mcp_servers": {"calculator_of_sums": server}}))
+    result = CliRunner().invoke(app, ["tool", "list", "--config", str(path)], env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    assert "calculator_of_sums.echo" in result.output and "calculator_of_sums.add" in result.output
+    assert "…" not in result.output and max(map(len, result.output.splitlines())) <= 80

@@ -28,6 +28,21 @@ function pair(a, b) {
   );
 }
 
+/** How B's configuration differs from A's (config.json), one setting per line: the adapter, tools, limits... */
+function configSection(differences) {
+  if (!Array.isArray(differences)) return "";
+  return section(
+    `Configuration: ${differences.length ? `${differences.length} difference(s), A → B` : "the same"}`,
+    differences.length
+      ? h(
+          "ul",
+          { class: "config-diff mono small" },
+          differences.map((line) => h("li", null, line)),
+        )
+      : h("p", { class: "muted" }, "Both runs used the same flow, agent and judge settings."),
+  );
+}
+
 export async function render(ctx, index, a, b) {
   const data = await getJSON(`/compare/${a}/${b}`);
   if (!ctx.alive()) return;
@@ -100,6 +115,7 @@ export async function render(ctx, index, a, b) {
         h("div", { class: "muted mono small" }, data.paths[1]),
       ),
     ),
+    configSection(data.config_differences),
     section(
       "Accuracy by benchmark, on the items both runs scored",
       table(["benchmark", "items", "A", "B", "", "B − A", "fixed", "broke", "p (McNemar)", "only A / only B"], rows, {

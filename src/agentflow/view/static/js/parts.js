@@ -80,8 +80,11 @@ export function callDetails(call, label = "prompt and reply") {
 function engineOf(flow, role) {
   const name = flow?.roles?.[role]?.engine;
   const engine = flow?.engines?.[name] || {};
-  const model = engine.model || engine.model_path || (engine.kind === "llamacpp" ? "bundled SmolLM2-135M" : "");
-  return name ? `${engine.kind || name}${model ? " · " + String(model).split("/").pop() : ""}` : "";
+  const bundled = ["llamacpp", "transformers"].includes(engine.kind) ? "bundled SmolLM2-135M" : "";
+  const model = engine.model || engine.model_path || bundled;
+  // the adapter is what tells a trained planner from the frozen one: always shown
+  const adapter = engine.adapter ? ` + adapter ${engine.adapter}` : "";
+  return name ? `${engine.kind || name}${model ? " · " + String(model).split("/").pop() : ""}${adapter}` : "";
 }
 
 /** The settings of an eval run (its config.json) in one line, the whole file folded. */

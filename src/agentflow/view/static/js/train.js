@@ -40,13 +40,18 @@ const GROUPS = [
 ];
 const PER_TURN = /^tool\/turn(\d+)\/(.+)$/;
 
-function seriesFrom(records, keys, order = []) {
+function seriesFrom(records, keys, order = [], family = false) {
   keys = [...keys].sort((a, b) => (order.indexOf(a[0]) + 1 || 99) - (order.indexOf(b[0]) + 1 || 99));
+  // a tool family: a step that logged any tool's share and not this one's means 0 (not picked), as
+  // `agentflow train plot` draws it; runs written before zeros were recorded would otherwise stop the line
+  const logged = family ? records.filter((r) => keys.some(([k]) => isNum(r[k]))) : null;
   return keys.map(([key, name], i) => ({
     name,
     key,
     cls: `c${i % 8}`,
-    points: records.filter((r) => isNum(r[key])).map((r) => [r.step, r[key]]),
+    points: family
+      ? logged.map((r) => [r.step, isNum(r[key]) ? r[key] : 0])
+      : records.filter((r) => isNum(r[key])).map((r) => [r.step, r[key]]),
   }));
 }
 
@@ -60,7 +65,7 @@ export function charts(records) {
     const chosen = keys.filter((k) => name(k)).map((k) => [k, name(k)]);
     if (!chosen.length) continue;
     chosen.forEach(([k]) => used.add(k));
-    const series = seriesFrom(records, chosen, options.order);
+    const series = seriesFrom(records, chosen, options.order, Boolean(options.tools));
     if (options.tools)
       series.forEach((s) => {
         s.cls = toolClass(s.name);
@@ -78,7 +83,7 @@ export function charts(records) {
   [...turns.keys()]
     .sort((a, b) => a - b)
     .forEach((turn) => {
-      const series = seriesFrom(records, turns.get(turn));
+      const series = seriesFrom(records, turns.get(turn), [], true);
       series.forEach((s) => {
         s.cls = toolClass(s.name);
       });
@@ -100,7 +105,7 @@ function configFacts(config) {
         String(policy.model_path || policy.model || "bundled SmolLM2-135M")
           .split("/")
           .pop(),
-      ].join(" · "),
+      ].join(" · ") + (policy.adapter ? ` + adapter ${policy.adapter}` : ""),
     ],
     ["B × G", isNum(config.batch_size) ? `${config.batch_size} questions × ${config.group_size} trajectories` : ""],
     ["steps", config.max_steps],

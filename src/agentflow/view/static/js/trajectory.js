@@ -62,9 +62,37 @@ function argumentsView(toolCall) {
   });
 }
 
+/** The code the tool ran when it is not the call's own `code` argument (the python tool wrote it from a task). */
+function ranCode(call) {
+  const code = call.data?.code;
+  if (typeof code !== "string" || code === call.arguments?.code) return "";
+  return h(
+    "div",
+    { class: "arg ran-code" },
+    h("span", { class: "arg-name" }, "code that ran"),
+    fold(code, { lines: 20, kind: "code" }),
+  );
+}
+
+/** Each model call made inside the tool (the python tool's code writer): its settings, prompt and reply. */
+function innerCalls(call) {
+  const calls = call.llm_calls || [];
+  return calls.map((inner, i) =>
+    h(
+      "div",
+      { class: "inner-call" },
+      h("div", { class: "small muted" }, `model call ${i + 1} of ${calls.length} inside the tool`),
+      callMeta(inner),
+      callDetails(inner, "prompt and reply inside the tool"),
+    ),
+  );
+}
+
 function turnCard(turn) {
   const call = turn.tool_call;
-  const verdict = turn.verdict || "—";
+  // verdict null and no verifier call: the flow ran without a verifier (verify: false), nothing went unparsed
+  const noVerifier = !turn.verdict && !turn.verifier;
+  const verdict = turn.verdict || (noVerifier ? "no verifier" : "—");
   const hasFailure = (turn.failures || []).length > 0;
   const toolChip = turn.tool
     ? chip(
@@ -84,9 +112,13 @@ function turnCard(turn) {
       chip(
         verdict,
         verdict === "STOP" ? "good" : "neutral",
-        turn.verdict_parsed === false ? "the verifier's reply was not understood" : null,
+        noVerifier
+          ? "the flow ran without a verifier"
+          : turn.verdict_parsed === false
+            ? "the verifier's reply was not understood"
+            : null,
       ),
-      turn.verdict_parsed === false ? chip("verdict unparsed", "warn") : "",
+      turn.verdict_parsed === false && !noVerifier ? chip("verdict unparsed", "warn") : "",
       h("span", { class: "muted small right" }, secs(turn.seconds)),
     ),
     step(
@@ -105,14 +137,15 @@ function turnCard(turn) {
           `tool${call.error ? " error" : ""}`,
           `Tool · ${call.tool}`,
           call.error ? h("p", { class: "error-text" }, `${call.error.kind}: ${call.error.message}`) : "",
+          ranCode(call),
           call.output ? fold(call.output, { lines: 12 }) : h("p", { class: "muted" }, "no output"),
           h(
             "div",
             { class: "call-meta" },
             h("span", null, secs(call.seconds)),
             call.truncated ? chip("output truncated", "warn") : "",
-            (call.llm_calls || []).length ? chip(`${call.llm_calls.length} model call(s) inside the tool`, "info") : "",
           ),
+          innerCalls(call),
         )
       : "",
     turn.verifier
@@ -136,23 +169,31 @@ function rolesTable(roles) {
     { class: "roles" },
     h("summary", null, "engines and sampling per role"),
     table(
-      ["role", "engine", "model", "temperature", "top-p", "max tokens", "seed"],
+      ["role", "engine", "model", "adapter", "temperature", "top-p", "max tokens", "seed"],
       entries.map(([role, r]) => {
-        const engine = r.engine || {};
+        // flow.roles_record(): {engine_name, engine: "llamacpp" | ..., model, adapter, ...}; older files nested it
+        const engine = typeof r.engine === "object" && r.engine ? r.engine : r;
+        const kind = typeof r.engine === "string" ? r.engine : engine.engine || r.kind || "";
         const s = r.sampling || {};
         return h(
           "tr",
           null,
           h("td", null, role),
-          h("td", null, engine.engine || r.kind || ""),
-          h("td", { class: "mono small" }, String(engine.model || r.model || "")),
+          h(
+            "td",
+            null,
+            kind,
+            r.engine_name && r.engine_name !== kind ? h("span", { class: "muted" }, ` (${r.engine_name})`) : "",
+          ),
+          h("td", { class: "mono small" }, String(engine.model || engine.model_path || "")),
+          h("td", { class: "mono small" }, engine.adapter ? String(engine.adapter) : "–"),
           h("td", { class: "num" }, s.temperature ?? "–"),
           h("td", { class: "num" }, s.top_p ?? "–"),
           h("td", { class: "num" }, s.max_tokens ?? "–"),
           h("td", { class: "num" }, s.seed ?? "–"),
         );
       }),
-      { num: [3, 4, 5, 6] },
+      { num: [4, 5, 6, 7] },
     ),
   );
 }
