@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import asyncio
 import re
 import sys
 import time
@@ -69,28 +70,49 @@ def extract_code(reply: str) -> str:
     return (match.group(1) if match else reply).strip()
 
 
+MAX_ECHO_CHARS = 100_000
+"""Longest code `echo_last_expression` parses; longer code runs as written (parsing 20 MB took 31 s)."""
+_LINE_END = re.compile(r"\r\n|\r|\n")  # the parser's line breaks; str.splitlines() also breaks at \f, U+2028...
+
+
 def echo_last_expression(code: str) -> str:
     """`code` changed to print the value of a final bare expression, as the Python REPL shows it.
 
     `6873 * 683` alone prints 4694259, as in a notebook cell; `x = 1` and a final `print(...)` are unchanged,
-    and a value of None prints nothing. Code that does not parse is returned as is (its error is the result).
+    and a value of None prints nothing. Never raises: code that does not parse, is longer than `MAX_ECHO_CHARS`
+    or nests too deep is returned as is (its error is the result). The rewrite is checked: everything before the
+    last expression parses to the same statements as in `code`, or `code` is returned as is.
     """
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
+    if len(code) > MAX_ECHO_CHARS:
         return code
+    try:
+        return _echo(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError, UnicodeError):  # what parsing hostile text raises
+        return code
+
+
+def _echo(code: str) -> str:
+    tree = ast.parse(code)
     last = tree.body[-1] if tree.body else None
     if not isinstance(last, ast.Expr):
         return code
     call = last.value
     if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "print":
         return code
-    lines = code.splitlines(keepends=True)
+    starts = [0] + [match.end() for match in _LINE_END.finditer(code)]
+    line = code[starts[last.lineno - 1]:]
     # col_offset counts UTF-8 bytes, not characters
-    head = "".join(lines[:last.lineno - 1]) + lines[last.lineno - 1].encode()[:last.col_offset].decode()
+    head = code[:starts[last.lineno - 1]] + line.encode()[:last.col_offset].decode()
     expression = ast.get_source_segment(code, last.value)
-    return (f"{head}__value = ({expression})\n"
-            "if __value is not None:\n    print(repr(__value))\n")
+    if expression is None:
+        return code
+    program = (f"{head}__value = ({expression})\n"
+               "if __value is not None:\n    print(repr(__value))\n")
+    rewritten = ast.parse(program).body
+    same = (len(rewritten) == len(tree.body) + 1
+            and ast.dump(ast.Module(rewritten[:-2], [])) == ast.dump(ast.Module(tree.body[:-1], []))
+            and ast.dump(rewritten[-2].value) == ast.dump(last.value))  # type: ignore[attr-defined]
+    return program if same else code
 
 
 @register_tool
@@ -132,7 +154,7 @@ class PythonTool(Tool):
         start = time.perf_counter()
         llm_calls: list[dict[str, Any]] = []
         code = args.code if args.code.strip() else await self._write_code(args.task, ctx, llm_calls)
-        program = echo_last_expression(code)
+        program = await asyncio.to_thread(echo_last_expression, code)  # off the event loop
         budget = min(self.settings.timeout_s, ctx.timeout_s - (time.perf_counter() - start))
         if budget <= 0:
             raise ToolTimeoutError("no time left to run the code after writing it")
