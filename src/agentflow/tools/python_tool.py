@@ -12,9 +12,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentflow.engines.base import Message
-from agentflow.errors import ConfigError, ToolError, ToolTimeoutError
+from agentflow.errors import ConfigError, SandboxUnavailableError, ToolError, ToolTimeoutError
 from agentflow.tools.base import Tool, ToolContext, ToolExample, ToolResult, ToolSettings, register_tool
 from agentflow.tools.sandbox import Isolation, SandboxResult, check_isolation, run_python_sandboxed
+from agentflow.tools.sandbox.levels import explain_failure, unavailable_message
 
 CODE_WRITER_SYSTEM = (
     "You write short Python 3 programs. Reply with one ```python code block and nothing else. "
@@ -51,9 +52,13 @@ class PythonInput(BaseModel):
 class PythonSettings(ToolSettings):
     timeout_s: float = Field(10.0, gt=0, description="Wall-clock limit of one run; the process group is killed.")
     cpu_s: float | None = Field(None, gt=0, description="CPU-seconds limit; default: the wall-clock limit.")
-    memory_mb: int = Field(512, ge=64, description="Address-space limit of the child process.")
+    memory_mb: int = Field(512, ge=64, description="Memory of the whole run (all its processes, files and shared "
+                           "memory) where a cgroup per run can be made, else the address space of each process.")
     max_output_chars: int = Field(4000, ge=100, description="Kept of each of stdout and stderr (head + tail).")
     max_file_mb: int = Field(16, ge=1, description="Largest file the code may write.")
+    disk_mb: int = Field(64, ge=1, description="Kernel level: size of the working folder (a tmpfs of the run's).")
+    max_files: int = Field(2048, ge=16, description="Kernel level: files and folders the working folder holds.")
+    max_processes: int = Field(16, ge=1, description="Processes (and threads) of the code at once.")
     python: str | None = Field(None, description="Interpreter to run; default: the one running agentflow.")
     isolation: Isolation = Field(
         "kernel", description="'kernel': namespaces, Landlock and seccomp confine the code, or the tool refuses to "
@@ -162,12 +167,17 @@ class PythonTool(Tool):
             result = await run_python_sandboxed(
                 program, timeout_s=budget, cpu_s=self.settings.cpu_s, memory_mb=self.settings.memory_mb,
                 max_output_chars=self.settings.max_output_chars, max_file_mb=self.settings.max_file_mb,
+                disk_mb=self.settings.disk_mb, max_files=self.settings.max_files,
+                max_processes=self.settings.max_processes,
                 python=self.settings.python or sys.executable, isolation=self.settings.isolation,
                 read_paths=self.settings.read_paths, network_namespace=self.settings.network_namespace,
                 names={"question": ctx.question, "steps": list(ctx.steps)})
         except OSError as err:
             raise ConfigError(f"python tool: cannot start the interpreter "
                               f"{self.settings.python or sys.executable!r}: {err}") from err
+        if result.setup_error is not None:  # reported by the sandbox itself, never read from the code's output
+            reason = explain_failure(f"agentflow-sandbox: {result.setup_error}")
+            raise SandboxUnavailableError(unavailable_message(reason))
         if result.timed_out:
             partial = result.stdout.strip()[-300:]
             raise ToolTimeoutError(f"the code ran longer than {budget:.1f}s and was killed"
