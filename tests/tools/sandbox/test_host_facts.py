@@ -47,3 +47,19 @@ async def test_no_x86_segment_descriptors() -> None:
     body = attempt("import ctypes\nassert ctypes.CDLL(None, use_errno=True).syscall(154, 0, None, 0) >= 0")
     result = await run_hostile(body)
     assert os.uname().machine != "x86_64" or "blocked" in result.stdout, result.stdout
+
+
+async def test_the_filter_allows_only_calls_it_knows() -> None:
+    """A call newer than the filter's table (cachestat, fchmodat2, mseal) fails as on an older kernel; calls that
+    reveal the host or act on it (kernel log, file handles, the clock) are denied."""
+    body = ("import ctypes, errno\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "for number in (451, 452, 462):\n"
+            "    print('call', number, libc.syscall(number, 0, 0, 0), errno.errorcode[ctypes.get_errno()])\n")
+    body += attempt("import ctypes\nassert ctypes.CDLL(None).klogctl(10, None, 0) >= 0")  # size of the log
+    body += attempt("import ctypes\nhandle = ctypes.create_string_buffer(136)\nhandle[0] = 128\n"
+                    "mount = ctypes.c_int()\n"
+                    "assert ctypes.CDLL(None).name_to_handle_at(-100, b'/', handle, ctypes.byref(mount), 0) == 0")
+    result = await run_hostile(body)
+    for number in (451, 452, 462):
+        assert f"call {number} -1 ENOSYS" in result.stdout, result.stdout + result.stderr
+    assert result.stdout.count("blocked") == 2, result.stdout
