@@ -91,3 +91,10 @@ async def test_the_code_is_the_oom_killers_first_choice() -> None:
             + attempt("open('/proc/self/oom_score_adj', 'w').write('0')"))
     result = await run_hostile(body)
     assert "score 1000" in result.stdout and "blocked" in result.stdout, result.stdout + result.stderr
+
+
+@needs_cgroups
+async def test_files_in_the_working_folder_count_as_memory() -> None:
+    code = "for i in range(30):\n    open(f'f{i}', 'wb').write(b'x' * 10 * 2 ** 20)\nprint('stored 300 MB', flush=True)"
+    result = await run_hostile(code, memory_mb=128, disk_mb=512, timeout_s=30.0)
+    assert "stored" not in result.stdout and result.memory_error, result.stdout + result.stderr

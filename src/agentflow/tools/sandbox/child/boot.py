@@ -190,7 +190,8 @@ def _kernel_level(cfg: dict) -> None:
     if init == 0:
         os.close(status_r)
         os.close(alive_w)
-        os.close(cfg["report_fd"])  # the parent's channel: nothing after this point can write to it
+        if cfg["report_fd"] >= 0:  # the parent's channel: nothing after this point can write to it
+            os.close(cfg["report_fd"])
         _init(cfg, status_w, alive_r)
         return
     os.close(status_w)
