@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agentflow.tools.sandbox import run_python_sandboxed
-from tests.tools.sandbox.hostile import attempt, run_hostile
+from agentflow.tools.sandbox import cgroup, run_python_sandboxed
+from tests.tools.sandbox.hostile import attempt, needs_cgroups, run_hostile
+from tests.tools.sandbox.test_kernel_guarantees import SURVIVOR
 
 
 def _sandbox_folders() -> set[Path]:
@@ -63,3 +64,19 @@ async def test_nothing_reaches_the_host_disk() -> None:
     result = await run_python_sandboxed(code)
     assert result.ok, result.stderr
     assert result.stdout.strip() == "['/sandbox tmpfs']"
+
+
+@needs_cgroups
+async def test_the_runs_cgroup_is_removed(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[cgroup.RunCgroup] = []
+
+    def recording(*args: int) -> cgroup.RunCgroup | None:
+        group = create(*args)
+        made.extend([group] if group else [])
+        return group
+
+    create = cgroup.create
+    monkeypatch.setattr(cgroup, "create", recording)
+    result = await run_hostile(SURVIVOR)  # a process that outlives the code's own
+    assert result.ok and made, result.stderr
+    assert not any(os.path.exists(folder) for folder in made[0].folders.values())

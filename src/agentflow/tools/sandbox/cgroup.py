@@ -58,19 +58,26 @@ class RunCgroup:
         except (OSError, ValueError):
             return False
 
-    def remove(self) -> None:
-        """Remove the folders once their processes are gone; never raises (a leftover is logged)."""
+    def remove(self, tries: int = _REMOVE_TRIES) -> bool:
+        """Remove the folders once their processes are gone, trying each up to `tries` times 10 ms apart; False
+        when one stayed (logged after the last of `_REMOVE_TRIES`). Never raises."""
+        left = []
         for folder in reversed(self.made):
-            for _ in range(_REMOVE_TRIES):
+            for attempt in range(tries):
                 try:
                     os.rmdir(folder)
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
-                    time.sleep(0.01)
+                    if attempt + 1 < tries:
+                        time.sleep(0.01)
             else:
-                log.warning("sandbox: cgroup %s could not be removed", folder)
+                left.append(folder)
+        self.made = [folder for folder in self.made if folder in left]
+        if left and tries >= _REMOVE_TRIES:
+            log.warning("sandbox: cgroup %s could not be removed", ", ".join(left))
+        return not left
 
 
 def create(memory_bytes: int, max_processes: int) -> RunCgroup | None:

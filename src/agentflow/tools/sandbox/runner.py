@@ -308,8 +308,9 @@ async def _run(code: bytes, *, python: str, isolation: Isolation, timeout_s: flo
         os.close(report_r)
         out_of_memory = group.out_of_memory() if group else False
         run_cpu = group.cpu_seconds() if group else None
-        if group is not None:
-            group.remove()
+        if group is not None and not group.remove(tries=1):  # busy a moment longer: wait off the event loop
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.shield(asyncio.to_thread(group.remove))
         remove_tree(base)
     seconds = time.perf_counter() - start
     assert proc is not None
