@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentflow import cli
-from agentflow.terminal import SafeFormatter
+from agentflow.terminal import SafeConsole, SafeFormatter
 from agentflow.textsafe import json_terminal_safe, terminal_safe
 
 # Each would act on a terminal: clipboard, link, window title, cursor up + erase line, C1 CSI, bidi override.
@@ -75,3 +75,18 @@ def test_errors_print_inert_text(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_log_lines_are_inert() -> None:
     record = logging.LogRecord("x", logging.WARNING, __file__, 1, "tool said %s", (ATTACKS["title"],), None)
     assert not any(raw in SafeFormatter().format(record) for raw in RAW)
+
+
+def test_eval_progress_and_summaries_are_inert() -> None:
+    from rich.progress import Progress
+
+    from agentflow.eval import cli as eval_cli
+
+    assert isinstance(eval_cli.console, SafeConsole) and isinstance(eval_cli.err_console, SafeConsole)
+    screen = io.StringIO()
+    terminal = SafeConsole(file=screen, force_terminal=True, width=100)
+    with Progress(console=terminal) as progress:  # a live display: Rich moves the cursor, the text may not
+        progress.add_task(f"bench {ATTACKS['osc52']}{ATTACKS['c1 csi']}{ATTACKS['bidi override']}", total=1)
+    shown = screen.getvalue()
+    assert "\x1b]52" not in shown and "\x9b" not in shown and "\u202e" not in shown
+    assert "\\x1b]52" in shown
