@@ -137,7 +137,7 @@ def _create_v2(name: str, memory_bytes: int, max_processes: int) -> RunCgroup | 
     group = RunCgroup(2, {"": folder}, [folder])
     try:
         _write(folder, "memory.max", str(memory_bytes))
-        with contextlib.suppress(FileNotFoundError):  # no swap accounting on this kernel: nothing to close
+        with contextlib.suppress(FileNotFoundError):  # no swap accounting on this kernel: swap is not bounded
             _write(folder, "memory.swap.max", "0")
         _write(folder, "pids.max", str(max_processes))
     except OSError:
@@ -161,7 +161,7 @@ def _create_v1(name: str, memory_bytes: int, max_processes: int) -> RunCgroup | 
             group.made.append(folder)
         memory = group.folders["memory"]
         _write(memory, "memory.limit_in_bytes", str(memory_bytes))
-        with contextlib.suppress(FileNotFoundError):  # swap accounting off: then there is no swap to count
+        with contextlib.suppress(FileNotFoundError):  # swap accounting off (swapaccount=0): swap is not bounded
             _write(memory, "memory.memsw.limit_in_bytes", str(memory_bytes))
         _write(group.folders["pids"], "pids.max", str(max_processes))
     except OSError:
