@@ -1,13 +1,16 @@
 """Cost of one sandboxed run of the `python` tool, at each isolation level (and, optionally, of an older sandbox).
 
-Prints a JSON summary per (variant, program): median and p90 wall-clock milliseconds of one run, and the mean CPU
-time of the child processes per run (user + system), which depends less on other load of the machine. The
+Prints a JSON summary per (variant, program): median, p90 and p95 wall-clock milliseconds of one run, and the mean
+CPU time of the child processes per run (user + system), which depends less on other load of the machine; and the
+load average before and after. The
 variants run interleaved (one run of each in turn), so that the machine's load falls on all of them alike; one
 warm-up run of each comes first (it also pays the one-time checks).
 
 Usage: python benchmarks/sandbox_cost.py [--runs 30] [--before OLD_SANDBOX.py]
   --before: a module file with the earlier `run_python_sandboxed(code, timeout_s=...)`, e.g.
             git show 90634ea:src/agentflow/sandbox.py > /tmp/old_sandbox.py
+  A package (the sandbox since `tools/sandbox/`) cannot be loaded beside the current one: measure it by running
+  this script with the older tree first on PYTHONPATH (`git archive COMMIT src | tar -x -C /tmp/old`).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import argparse
 import asyncio
 import importlib.util
 import json
+import os
 import resource
 import statistics
 import time
@@ -62,6 +66,7 @@ async def measure(variants: dict[str, Runner], code: str, runs: int) -> dict[str
         each.sort()
         summary[name] = {"median_ms": round(statistics.median(each), 1),
                          "p90_ms": round(each[int(0.9 * (len(each) - 1))], 1),
+                         "p95_ms": round(each[int(0.95 * (len(each) - 1))], 1),
                          "child_cpu_ms": round(cpu[name] / runs, 1)}
     return summary
 
@@ -73,8 +78,10 @@ async def main() -> None:
     args = parser.parse_args()
     variants = {"before": _older(args.before)} if args.before else {}
     variants |= {"process": _level("process"), "kernel": _level("kernel")}
+    load_before = os.getloadavg()
     results = {program: await measure(variants, code, args.runs) for program, code in PROGRAMS.items()}
-    print(json.dumps({"runs": args.runs, "results": results}, indent=2))
+    print(json.dumps({"runs": args.runs, "load_average": {"before": load_before, "after": os.getloadavg()},
+                      "results": results}, indent=2))
 
 
 if __name__ == "__main__":

@@ -10,13 +10,14 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from agentflow.config import FlowConfig, LlamaCppEngineConfig, OpenAIEngineConfig, bundled_flow_config
 from agentflow.errors import AgentFlowError, ConfigError, ToolError
 from agentflow.memory import truncate
+from agentflow.terminal import SafeConsole, SafeFormatter
+from agentflow.textsafe import json_terminal_safe
 
 app = typer.Typer(help="AgentFlow: a planner / executor / verifier / generator flow, trainable with Flow-GRPO.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
@@ -35,8 +36,8 @@ def _mount_subcommands() -> None:
     app.add_typer(verl_app, name="verl")
     app.command("view")(view)
 
-console = Console()
-err_console = Console(stderr=True)
+console = SafeConsole()
+err_console = SafeConsole(stderr=True)
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -46,7 +47,7 @@ def _setup_logging(verbose: bool) -> None:
     level = logging.INFO if verbose else logging.WARNING
     handler = logging.StreamHandler()
     handler.setLevel(level)  # on the handler too: some libraries (bm25s) set their own loggers to DEBUG
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler])
 
 
@@ -238,9 +239,15 @@ def tool_run(
         flow_config = load_config(config)
         result = asyncio.run(_run_tool(flow_config, name, arguments, timeout or flow_config.limits.tool_timeout_s))
     except (ToolError, AgentFlowError) as err:
-        console.print_json(json.dumps({"tool": name, "error": {"kind": err.kind, "message": str(err)}}))
+        _print_json({"tool": name, "error": {"kind": err.kind, "message": str(err)}})
         raise typer.Exit(1) from None
-    console.print_json(json.dumps({"tool": name, **result}, ensure_ascii=False))
+    _print_json({"tool": name, **result})
+
+
+def _print_json(value: dict[str, Any]) -> None:
+    """Valid JSON, with control characters and bidi controls in its strings written as inert `\\uXXXX` escapes."""
+    text = json_terminal_safe(json.dumps(value, ensure_ascii=False, indent=2))
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 async def _run_tool(config: FlowConfig, name: str, arguments: dict[str, Any], timeout: float) -> dict[str, Any]:

@@ -5,6 +5,9 @@
 - `first_json_object`: the first JSON object in a reply, in time linear in the reply's length and never raising;
   what it returns is clean, finite and at most `MAX_JSON_DEPTH` deep, so it always serialises and reloads.
 - `model_json`: a pydantic model as JSON even when a string somewhere in it holds a lone surrogate.
+- `terminal_safe`, `json_terminal_safe`: text for a terminal with every control character and bidi override made
+  visible and inert (`\x1b`, `\u202e`): a tool's output, a model's reply or a file cannot move the cursor, set the
+  clipboard (OSC 52), make links or reorder what the user reads.
 """
 
 from __future__ import annotations
@@ -158,3 +161,25 @@ def model_json(model: BaseModel, *, indent: int | None = None) -> str:
         return model.model_dump_json(indent=indent)
     except PydanticSerializationError:  # a lone surrogate that came in by a path that does not clean text
         return json.dumps(clean_json(model.model_dump(mode="json")), ensure_ascii=False, indent=indent)
+
+
+_UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+"""C0 controls but newline and tab, DEL, C1 controls (U+009B is CSI by itself), and the bidi marks, embeddings,
+overrides and isolates."""
+
+
+def _visible(match: re.Match[str]) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with each control character (but newline and tab) and bidi control shown as `\\x1b` / `\\u202e`."""
+    return _UNSAFE.sub(_visible, text)
+
+
+def json_terminal_safe(text: str) -> str:
+    """JSON text with the same characters written as JSON escapes (`\\u001b`): still valid JSON, and inert.
+
+    Only for JSON, where each such character can only stand inside a string."""
+    return _UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)

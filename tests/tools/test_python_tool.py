@@ -17,6 +17,7 @@ from agentflow.tools.python_tool import (
     echo_last_expression,
     extract_code,
 )
+from tests.tools.sandbox.hostile import needs_cgroups
 
 
 def _llm(engine: ScriptedEngine) -> LLMCall:
@@ -66,6 +67,7 @@ async def test_syntax_error_is_output_not_exception() -> None:
     assert "SyntaxError" in result.output
 
 
+@needs_cgroups
 async def test_memory_error_is_named() -> None:
     result = await _run({"code": "x = bytearray(4 * 1024 ** 3)"}, memory_mb=128)
     assert "ran out of memory (limit 128 MB)" in result.output

@@ -12,17 +12,17 @@ from typing import Annotated, Any
 
 import click
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
 from agentflow.errors import AgentFlowError
+from agentflow.terminal import SafeConsole, SafeFormatter
 
 log = logging.getLogger(__name__)
 
-console = Console()
-err_console = Console(stderr=True)
+console = SafeConsole()
+err_console = SafeConsole(stderr=True)
 
 
 class _BenchmarkIsDefault(TyperGroup):
@@ -77,8 +77,9 @@ def run(
     from agentflow.libwarnings import quiet_libraries
 
     quiet_libraries(verbose)
-    if verbose:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()  # warnings quote models and tools: made inert even without --verbose
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING, handlers=[handler])
     names: list[str] = []
     for bench in benches:
         names += [n for n, spec in BENCHMARKS.items() if spec.file] if bench == "all" else [bench]

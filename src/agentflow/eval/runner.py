@@ -45,6 +45,7 @@ from agentflow.eval.results import (
     write_json,
 )
 from agentflow.scoring import get_scorer
+from agentflow.terminal import SafeConsole
 from agentflow.trajectory import Trajectory
 
 log = logging.getLogger(__name__)
@@ -193,7 +194,7 @@ class EvalRun:
     def __init__(self, settings: EvalSettings, *, console: Console | None = None, solver: Any = None,
                  flow_config: FlowConfig | None = None, judge: LLMJudge | None = None) -> None:
         self.settings = settings
-        self.console = console or Console(stderr=True)
+        self.console = console or SafeConsole(stderr=True)
         self._solver = solver
         self.flow_config = flow_config or (FlowConfig.from_yaml(settings.config) if settings.config
                                            else bundled_flow_config())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import asyncio
 import re
 import sys
 import time
@@ -11,9 +12,10 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentflow.engines.base import Message
-from agentflow.errors import ConfigError, ToolError, ToolTimeoutError
+from agentflow.errors import ConfigError, SandboxUnavailableError, ToolError, ToolTimeoutError
 from agentflow.tools.base import Tool, ToolContext, ToolExample, ToolResult, ToolSettings, register_tool
 from agentflow.tools.sandbox import Isolation, SandboxResult, check_isolation, run_python_sandboxed
+from agentflow.tools.sandbox.levels import explain_failure, unavailable_message
 
 CODE_WRITER_SYSTEM = (
     "You write short Python 3 programs. Reply with one ```python code block and nothing else. "
@@ -50,9 +52,13 @@ class PythonInput(BaseModel):
 class PythonSettings(ToolSettings):
     timeout_s: float = Field(10.0, gt=0, description="Wall-clock limit of one run; the process group is killed.")
     cpu_s: float | None = Field(None, gt=0, description="CPU-seconds limit; default: the wall-clock limit.")
-    memory_mb: int = Field(512, ge=64, description="Address-space limit of the child process.")
+    memory_mb: int = Field(512, ge=64, description="Memory of the whole run (all its processes, files and shared "
+                           "memory) where a cgroup per run can be made, else the address space of each process.")
     max_output_chars: int = Field(4000, ge=100, description="Kept of each of stdout and stderr (head + tail).")
     max_file_mb: int = Field(16, ge=1, description="Largest file the code may write.")
+    disk_mb: int = Field(64, ge=1, description="Kernel level: size of the working folder (a tmpfs of the run's).")
+    max_files: int = Field(2048, ge=16, description="Kernel level: files and folders the working folder holds.")
+    max_processes: int = Field(16, ge=1, description="Processes (and threads) of the code at once.")
     python: str | None = Field(None, description="Interpreter to run; default: the one running agentflow.")
     isolation: Isolation = Field(
         "kernel", description="'kernel': namespaces, Landlock and seccomp confine the code, or the tool refuses to "
@@ -69,28 +75,49 @@ def extract_code(reply: str) -> str:
     return (match.group(1) if match else reply).strip()
 
 
+MAX_ECHO_CHARS = 100_000
+"""Longest code `echo_last_expression` parses; longer code runs as written (parsing 20 MB took 31 s)."""
+_LINE_END = re.compile(r"\r\n|\r|\n")  # the parser's line breaks; str.splitlines() also breaks at \f, U+2028...
+
+
 def echo_last_expression(code: str) -> str:
     """`code` changed to print the value of a final bare expression, as the Python REPL shows it.
 
     `6873 * 683` alone prints 4694259, as in a notebook cell; `x = 1` and a final `print(...)` are unchanged,
-    and a value of None prints nothing. Code that does not parse is returned as is (its error is the result).
+    and a value of None prints nothing. Never raises: code that does not parse, is longer than `MAX_ECHO_CHARS`
+    or nests too deep is returned as is (its error is the result). The rewrite is checked: everything before the
+    last expression parses to the same statements as in `code`, or `code` is returned as is.
     """
-    try:
-        tree = ast.parse(code)
-    except SyntaxError:
+    if len(code) > MAX_ECHO_CHARS:
         return code
+    try:
+        return _echo(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError, UnicodeError):  # what parsing hostile text raises
+        return code
+
+
+def _echo(code: str) -> str:
+    tree = ast.parse(code)
     last = tree.body[-1] if tree.body else None
     if not isinstance(last, ast.Expr):
         return code
     call = last.value
     if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id == "print":
         return code
-    lines = code.splitlines(keepends=True)
+    starts = [0] + [match.end() for match in _LINE_END.finditer(code)]
+    line = code[starts[last.lineno - 1]:]
     # col_offset counts UTF-8 bytes, not characters
-    head = "".join(lines[:last.lineno - 1]) + lines[last.lineno - 1].encode()[:last.col_offset].decode()
+    head = code[:starts[last.lineno - 1]] + line.encode()[:last.col_offset].decode()
     expression = ast.get_source_segment(code, last.value)
-    return (f"{head}__value = ({expression})\n"
-            "if __value is not None:\n    print(repr(__value))\n")
+    if expression is None:
+        return code
+    program = (f"{head}__value = ({expression})\n"
+               "if __value is not None:\n    print(repr(__value))\n")
+    rewritten = ast.parse(program).body
+    same = (len(rewritten) == len(tree.body) + 1
+            and ast.dump(ast.Module(rewritten[:-2], [])) == ast.dump(ast.Module(tree.body[:-1], []))
+            and ast.dump(rewritten[-2].value) == ast.dump(last.value))  # type: ignore[attr-defined]
+    return program if same else code
 
 
 class CopiedExampleError(ToolError):
@@ -154,7 +181,7 @@ class PythonTool(Tool):
         start = time.perf_counter()
         llm_calls: list[dict[str, Any]] = []
         code = args.code if args.code.strip() else await self._write_code(args.task, ctx, llm_calls)
-        program = echo_last_expression(code)
+        program = await asyncio.to_thread(echo_last_expression, code)  # off the event loop
         budget = min(self.settings.timeout_s, ctx.timeout_s - (time.perf_counter() - start))
         if budget <= 0:
             raise ToolTimeoutError("no time left to run the code after writing it")
@@ -162,12 +189,17 @@ class PythonTool(Tool):
             result = await run_python_sandboxed(
                 program, timeout_s=budget, cpu_s=self.settings.cpu_s, memory_mb=self.settings.memory_mb,
                 max_output_chars=self.settings.max_output_chars, max_file_mb=self.settings.max_file_mb,
+                disk_mb=self.settings.disk_mb, max_files=self.settings.max_files,
+                max_processes=self.settings.max_processes,
                 python=self.settings.python or sys.executable, isolation=self.settings.isolation,
                 read_paths=self.settings.read_paths, network_namespace=self.settings.network_namespace,
                 names={"question": ctx.question, "steps": list(ctx.steps)})
         except OSError as err:
             raise ConfigError(f"python tool: cannot start the interpreter "
                               f"{self.settings.python or sys.executable!r}: {err}") from err
+        if result.setup_error is not None:  # reported by the sandbox itself, never read from the code's output
+            reason = explain_failure(f"agentflow-sandbox: {result.setup_error}")
+            raise SandboxUnavailableError(unavailable_message(reason))
         if result.timed_out:
             partial = result.stdout.strip()[-300:]
             raise ToolTimeoutError(f"the code ran longer than {budget:.1f}s and was killed"

@@ -7,7 +7,9 @@ import os
 import textwrap
 from pathlib import Path
 
-from agentflow.tools.sandbox import SandboxResult, run_python_sandboxed
+import pytest
+
+from agentflow.tools.sandbox import SandboxResult, cgroup, run_python_sandboxed
 
 # Plain Python, no C: the hook calls a closure `deny`, which any code can find through the garbage collector and
 # give a body that does nothing; `subprocess` gets a fresh copy of the C helper the bootstrap replaced. The last
@@ -62,3 +64,16 @@ def session_members(session: int) -> list[int]:
                 if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[3]) == session:
                     members.append(int(entry.name))
     return members
+
+
+def run_cgroups_available() -> bool:
+    """Whether this machine lets the sandbox make a cgroup per run (then memory and CPU are bounded per run)."""
+    group = cgroup.create(64 * 1024 * 1024, 8)
+    if group is None:
+        return False
+    group.remove()
+    return True
+
+
+CGROUPS = run_cgroups_available()
+needs_cgroups = pytest.mark.skipif(not CGROUPS, reason="this machine gives no cgroup per run (docs/tools.md)")

@@ -23,6 +23,9 @@ from agentflow.tools.sandbox.levels import explain_failure, warn_process_level
     ("agentflow-sandbox: namespaces (unshare): [Errno 1] unshare: Operation not permitted",
      ["unprivileged user namespaces", "user.max_user_namespaces"]),
     ("agentflow-sandbox: seccomp: [Errno 22] seccomp: Invalid argument", ["CONFIG_SECCOMP_FILTER"]),
+    ("agentflow-sandbox: OOM score: [Errno 13] Permission denied", ["oom_score_adj"]),
+    ("agentflow-sandbox: cgroup: [Errno 13] Permission denied: 'x/cgroup.procs'", ["removed meanwhile"]),
+    ("agentflow-sandbox: host name (UTS namespace): [Errno 1] sethostname", ["allow it as for namespaces"]),
 ])
 def test_explain_failure_names_the_mechanism_and_the_fix(line: str, expected: list[str]) -> None:
     text = explain_failure("some noise\n" + line + "\n")

@@ -27,6 +27,10 @@ _HINTS = {
         "Landlock is needed (Linux 5.13+ built with CONFIG_SECURITY_LANDLOCK=y). If it is built in but off, add "
         "it to the kernel's boot parameter, e.g. lsm=landlock,lockdown,yama,integrity,apparmor,bpf"),
     "seccomp": "seccomp filters are needed (CONFIG_SECCOMP_FILTER=y, on x86_64 or aarch64)",
+    "host name": "setting the host name in the run's new UTS namespace was refused (allow it as for namespaces)",
+    "OOM score": "raising /proc/self/oom_score_adj was refused (a read-only /proc, or a policy that forbids it)",
+    "cgroup": ("joining the run's cgroup was refused after it was made (a policy on cgroup.procs, or the cgroup "
+               "was removed meanwhile)"),
 }
 _NOT_BUILT = {errno.ENOSYS: "not built into this kernel", errno.EOPNOTSUPP: "built in but not enabled at boot"}
 _STEP = re.compile(r"^agentflow-sandbox: (?P<step>[^:]+): (?P<error>.*)$", re.MULTILINE)

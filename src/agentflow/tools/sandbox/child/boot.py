@@ -10,8 +10,10 @@ At the kernel level three processes take part:
   death kills it too) the kernel kills every process in the namespace;
 * the *user* process: a nested Landlock domain of its own (it cannot signal or trace init), then the code.
 
-A failure to set something up ends the run with exit status 125 and one line `agentflow-sandbox: <step>: <error>`
-on stderr before any user code has run.
+The outer process alone reports to the parent, on the report pipe (`AGENTFLOW_SANDBOX_REPORT_FD`, closed in init
+before any user code exists): `status N` (the user's wait status), `cpu_s X` (its CPU time, from the kernel's
+rusage) or `agentflow-sandbox: <step>: <error>` when a step of the set-up failed. Nothing the code prints or
+the way it exits can forge these lines; stderr gets a copy of a set-up failure for the user only.
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ from .linux import PR_SET_DUMPABLE, PR_SET_PDEATHSIG, drop_capabilities, prctl
 SETUP_FAILED = 125
 
 
+REPORT_FD_VARIABLE = "AGENTFLOW_SANDBOX_REPORT_FD"
+_channel = -1  # where a set-up failure is reported: the report pipe in the outer process, the status pipe after
+
+
 class _Step:
     """Names the step being set up, so that a failure says which mechanism is missing."""
 
@@ -41,9 +47,20 @@ class _Step:
 
     def __exit__(self, kind: type | None, err: BaseException | None, tb: object) -> bool:
         if err is not None and isinstance(err, OSError):
-            os.write(2, f"agentflow-sandbox: {self.name}: {err}\n".encode())
+            line = f"agentflow-sandbox: {self.name}: {err}\n".encode()
+            if _channel >= 0:
+                _write_all(_channel, line)
+            os.write(2, line)
             os._exit(SETUP_FAILED)
         return False
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError:
+        pass  # the reader is gone: the parent has stopped waiting for this run
 
 
 def _set_limits(rlimits: dict[str, list[int]]) -> None:
@@ -91,8 +108,11 @@ def _outer(cfg: dict) -> int:
     """Create the namespaces and fork init; returns init's pid (in the outer process) after the fork."""
     with _Step("parent watch"):
         prctl(PR_SET_PDEATHSIG, signal.SIGTERM)  # if agentflow dies, we end the run as on a timeout
-    if os.getppid() != cfg["parent_pid"]:
+    if os.getppid() != cfg.pop("parent_pid"):  # popped: the code, a fork of us, need not learn a host pid
         os._exit(SETUP_FAILED)  # the parent died before we could watch it
+    for procs in cfg["cgroups"]:  # before any fork: every process of the run is counted in the run's cgroups
+        with _Step("cgroup"), open(procs, "w") as handle:
+            handle.write(str(os.getpid()))
     flags = mounts.CLONE_NEWNS | mounts.CLONE_NEWPID | mounts.CLONE_NEWNET | mounts.CLONE_NEWIPC
     flags |= mounts.CLONE_NEWUTS
     as_root = os.geteuid() == 0
@@ -105,10 +125,19 @@ def _outer(cfg: dict) -> int:
 
 def _init(cfg: dict, status_w: int, alive_r: int) -> None:
     """PID 1 of the namespace: set everything up, run the user's process, report its status. Never returns."""
+    global _channel
+    _channel = status_w
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
+    with _Step("host name (UTS namespace)"):
+        mounts.set_host_name()
+    with _Step("OOM score"):  # the kernel's OOM killer takes the code's processes first, never agentflow
+        with open("/proc/self/oom_score_adj", "w") as handle:
+            handle.write("1000")
+    mounts.limit_ipc()
+    owner = (cfg["uid"], cfg["gid"]) if cfg["uid"] is not None else (os.geteuid(), os.getegid())
     with _Step("new root (mount namespace)"):
-        has_proc = mounts.build_root(cfg["root"], cfg["read_paths"], cfg["links"], cfg["dir"])
+        has_proc = mounts.build_root(cfg["root"], cfg["read_paths"], cfg["links"], cfg["dir"], cfg["work"], owner)
         os.chdir(cfg["dir"])
     if cfg["uid"] is not None:
         with _Step("privilege drop"):
@@ -132,22 +161,23 @@ def _init(cfg: dict, status_w: int, alive_r: int) -> None:
     with _Step("fork"):
         user = os.fork()
     if user == 0:
-        os.close(status_w)
         os.close(alive_r)
         prctl(PR_SET_DUMPABLE, 1)  # its own /proc/self entries readable again (the uid change had hidden them)
         with _Step("landlock (user domain)"):
             landlock.restrict_self(_landlock_rules(cfg, has_proc))
+        os.close(status_w)
+        _channel = -1
         return
-    status = SETUP_FAILED << 8
+    status, cpu_s = SETUP_FAILED << 8, 0.0
     while True:  # reap orphans until the user's process ends; then the kernel removes the rest
         try:
-            pid, each = os.waitpid(-1, 0)
+            pid, each, usage = os.wait4(-1, 0)
         except ChildProcessError:
             break
-        if pid == user:
-            status = each
+        if pid == user:  # its CPU time, with that of the children it waited for, as the kernel counted it
+            status, cpu_s = each, usage.ru_utime + usage.ru_stime
             break
-    os.write(status_w, status.to_bytes(4, "little"))
+    _write_all(status_w, f"status {status}\ncpu_s {cpu_s:.3f}\n".encode())
     os._exit(0)
 
 
@@ -160,6 +190,8 @@ def _kernel_level(cfg: dict) -> None:
     if init == 0:
         os.close(status_r)
         os.close(alive_w)
+        if cfg["report_fd"] >= 0:  # the parent's channel: nothing after this point can write to it
+            os.close(cfg["report_fd"])
         _init(cfg, status_w, alive_r)
         return
     os.close(status_w)
@@ -167,24 +199,39 @@ def _kernel_level(cfg: dict) -> None:
     signal.signal(signal.SIGTERM, lambda *_: os.kill(init, signal.SIGKILL))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGTERM])
     _, status = os.waitpid(init, 0)  # returns once every process of the namespace is gone
-    reported = os.read(status_r, 4)
-    _exit_like(int.from_bytes(reported, "little") if len(reported) == 4 else status)
+    reported = b""
+    while chunk := os.read(status_r, 4096):
+        reported += chunk
+    _write_all(cfg["report_fd"], reported)
+    found = [line.split()[1] for line in reported.decode(errors="replace").splitlines() if line.startswith("status ")]
+    _exit_like(int(found[0]) if found else status)
 
 
-def main(config: str) -> None:
-    """Run with the parent's settings (`marshal`, hex-encoded: no import needed to read them)."""
-    cfg = marshal.loads(bytes.fromhex(config))
+def main() -> None:
+    """Read the parent's settings, the names and the code from stdin (each `marshal`led after its length: not on
+    the command line, which /proc shows), then isolate and run."""
+    global _channel
     payload = sys.stdin.buffer.read()
     size = int.from_bytes(payload[:8], "little")
-    names = marshal.loads(payload[8:8 + size])
-    source = payload[8 + size:].decode("utf-8", "replace")
+    cfg = marshal.loads(payload[8:8 + size])
+    rest = payload[8 + size:]
+    size = int.from_bytes(rest[:8], "little")
+    names = marshal.loads(rest[8:8 + size])
+    source = rest[8 + size:].decode("utf-8", "replace")
+    del payload, rest
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
+    cfg["report_fd"] = int(os.environ.pop(REPORT_FD_VARIABLE, "-1"))
     if cfg["level"] == "kernel":
+        _channel = cfg["report_fd"]
         _kernel_level(cfg)
     else:
+        if cfg["report_fd"] >= 0:
+            os.close(cfg["report_fd"])  # the process level reports nothing the code could not also write
         _set_limits(cfg["rlimits"])
         if cfg["uid"] is not None:
             _drop_to(cfg["uid"], cfg["gid"])
-    run_code.run(source, cfg["dir"], names)
+    workdir = cfg["dir"]
+    cfg.clear()  # the settings name host paths; the code can reach every object of its interpreter
+    run_code.run(source, workdir, names)

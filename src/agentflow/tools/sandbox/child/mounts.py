@@ -1,5 +1,8 @@
 """New namespaces and a new root file system made only of what the code may read, the working directory and
 a few device files; the host's file system is detached, so nothing else can even be named.
+
+The working directory is a tmpfs of its own, limited in bytes and in files, mounted inside the run's mount
+namespace: nothing the code writes reaches the host's disk, and it is gone when the namespace is.
 """
 
 from __future__ import annotations
@@ -16,6 +19,10 @@ MNT_DETACH = 2
 MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC = 1, 2, 4, 8
 AT_RECURSIVE = 0x8000
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+HOST_NAME = b"sandbox"
+# Per IPC namespace: no System V shared memory, message queues or POSIX queues (seccomp denies the calls too).
+_IPC_LIMITS = {"kernel/shmmni": "0", "kernel/shmall": "0", "kernel/shmmax": "0", "kernel/msgmni": "0",
+               "kernel/msgmnb": "0", "fs/mqueue/queues_max": "0"}
 
 
 class _MountAttr(ctypes.Structure):
@@ -25,6 +32,26 @@ class _MountAttr(ctypes.Structure):
 
 def unshare(flags: int) -> None:
     check(libc.unshare(flags), "unshare")
+
+
+def set_host_name() -> None:
+    """A fixed host and domain name in the run's UTS namespace, instead of the copy of the host's."""
+    check(libc.sethostname(HOST_NAME, len(HOST_NAME)), "sethostname")
+    check(libc.setdomainname(b"(none)", 6), "setdomainname")
+
+
+def limit_ipc() -> None:
+    """IPC limits near zero in the run's new IPC namespace, where the kernel lets us write them (as root).
+
+    Best effort on purpose: the seccomp filter denies every System V and POSIX queue call, so these only back
+    it up; without privilege over the namespace's owner they are read-only.
+    """
+    for name, value in _IPC_LIMITS.items():
+        try:
+            with open(f"/proc/sys/{name}", "w") as handle:
+                handle.write(value)
+        except OSError:
+            return
 
 
 def map_to_self(uid: int, gid: int) -> None:
@@ -60,15 +87,17 @@ def _mount_point(root: str, path: str, is_dir: bool) -> str:
     return target
 
 
-def build_root(root: str, read_paths: list[str], links: dict[str, str], workdir: str) -> bool:
+def build_root(root: str, read_paths: list[str], links: dict[str, str], workdir: str, work: dict[str, int],
+               owner: tuple[int, int]) -> bool:
     """Make `root` (an empty directory) the new `/` of this mount namespace; True when /proc could be mounted.
 
     Must run as root of the mount namespace, in the new PID namespace (for /proc). `read_paths` are real
     paths, bound read-only at the same place; `links` are symbolic links to recreate (`/lib` -> `usr/lib`).
+    `workdir` gets a tmpfs of `work["bytes"]` and `work["files"]` inodes, owned by `owner` (uid, gid).
     """
     old_umask = os.umask(0o022)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing we mount propagates back to the host
-    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=1024")
     for path, target in links.items():
         os.symlink(target, root + path)
     for path in read_paths:
@@ -79,14 +108,16 @@ def build_root(root: str, read_paths: list[str], links: dict[str, str], workdir:
         if os.path.exists(device):
             target = _mount_point(root, device, is_dir=False)
             _mount(device, target, None, MS_BIND)
-            _set_attributes(target, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, recursive=False)
+            # read-only: the devices still read and write, but their host inodes (timestamps) cannot change
+            _set_attributes(target, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, recursive=False)
     target = _mount_point(root, workdir, is_dir=True)
-    _mount(workdir, target, None, MS_BIND)
-    _set_attributes(target, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, recursive=False)
-    try:  # a fresh /proc shows only this PID namespace; a locked-down container may refuse it
-        _mount("proc", _mount_point(root, "/proc", is_dir=True), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV,
+           f"mode=0700,size={work['bytes']},nr_inodes={work['files']},uid={owner[0]},gid={owner[1]}")
+    try:  # a fresh /proc of this PID namespace, its processes only: no /proc/sys, cmdline, boot_id, mounts of...
+        _mount("proc", _mount_point(root, "/proc", is_dir=True), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+               "subset=pid,hidepid=invisible")
         has_proc = True
-    except OSError:
+    except OSError:  # ...the host; a locked-down container may refuse it: no /proc at all then
         has_proc = False
     _set_attributes(root, MOUNT_ATTR_RDONLY, recursive=False)
     os.chdir(root)
