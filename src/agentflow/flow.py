@@ -152,13 +152,13 @@ class Flow:
             call.seconds = time.perf_counter() - start
         return call
 
-    def _actions(self) -> list[str]:
+    def actions(self) -> list[str]:
         """What the planner may name: the tools, and `answer` with `planner_stop`."""
         return [*self.tools, STOP_ACTION] if self.config.planner_stop else list(self.tools)
 
     def _tool_descriptions(self, traj: Trajectory, turn: int) -> dict[str, str]:
         """The planner's menu; with `shuffle_tools`, in an order fixed by (question, variant, turn)."""
-        names = self._actions()
+        names = self.actions()
         if self.config.shuffle_tools:
             random.Random(f"{traj.question}\x00{traj.variant}\x00{turn}").shuffle(names)
         return {name: self.tools[name].description if name in self.tools else STOP_DESCRIPTION for name in names}
@@ -264,7 +264,7 @@ class Flow:
 
     async def _turn(self, turn: Turn, traj: Trajectory, memory: FlowMemory, emit: EventHandler) -> None:
         limits = self.config.limits
-        names = self._actions()
+        names = self.actions()
         turn.planner = await self._call(
             "planner",
             planner_messages(question=traj.question, analysis=memory.query_analysis,

@@ -154,7 +154,7 @@ async def test_a_tool_not_picked_is_recorded_as_zero_every_step():
                   "verifier": {"engine": "helper"}, "generator": {"engine": "helper"},
                   "tools": {"engine": "helper"}},
         "tools": {"base_generator": {}, "python": {}}, "limits": {"max_turns": 1}, "query_analysis": False,
-        "verify": False})
+        "verify": False, "planner_stop": True})
     helper = ScriptedEngine(lambda m: "<answer>Paris</answer>" if "final answer" in m[0]["content"]
                             else '{"prompt": "hello"}')
     batch = await run_rollouts(Flow.from_config(config, engines={"policy": TokenEngine(PLAN), "helper": helper}),
@@ -162,3 +162,4 @@ async def test_a_tool_not_picked_is_recorded_as_zero_every_step():
     metrics = batch.metrics()
     assert metrics["tool/base_generator"] == 1.0 and metrics["tool/python"] == 0.0 and metrics["tool/invalid"] == 0
     assert metrics["tool/turn1/base_generator"] == 1.0 and metrics["tool/turn1/python"] == 0.0
+    assert metrics["tool/answer"] == 0.0 and metrics["tool/turn1/answer"] == 0.0  # the planner's stop action too

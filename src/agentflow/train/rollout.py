@@ -61,7 +61,8 @@ class RolloutBatch:
     excluded: list[Rollout] = field(default_factory=list)
     seconds: float = 0.0
     tool_names: list[str] = field(default_factory=list)
-    """The flow's tools: each gets a share every step, 0 when not picked, so a dropped tool's curve reaches 0."""
+    """The flow's tools (and the planner's `answer` action): each gets a share every step, 0 when not picked, so
+    a dropped tool's curve reaches 0."""
 
     def rewards(self) -> torch.Tensor:
         return torch.tensor([r.score.value for r in self.rollouts if r.score is not None], dtype=torch.float32)
@@ -167,6 +168,6 @@ async def run_rollouts(flow: Flow, questions: list[Question], *, group_size: int
     results = await asyncio.gather(*(one(q, i) for q in questions for i in range(group_size)))
     batch = RolloutBatch(rollouts=[r for r in results if r.infrastructure is None],
                          excluded=[r for r in results if r.infrastructure is not None],
-                         tool_names=list(getattr(flow, "tools", {}) or {}))
+                         tool_names=flow.actions() if hasattr(flow, "actions") else list(getattr(flow, "tools", {})))
     batch.seconds = loop.time() - start
     return batch
