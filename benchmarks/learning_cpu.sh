@@ -6,7 +6,8 @@
 # Results: OUT_DIR/summary.json (the numbers below), OUT_DIR/metrics.jsonl (per step), OUT_DIR/eval/*.jsonl (per
 # question), OUT_DIR/curves.png (reward, held-out accuracy, tool picked at each turn), OUT_DIR/final/adapter.
 # The ceiling (a scripted planner that picks the right tools) is read from CEILING, written by
-#   python benchmarks/planner_ceiling.py --out benchmarks/results/planner_ceiling_lookup.json
+#   python benchmarks/planner_ceiling.py --config src/agentflow/configs/train_cpu_demo.yaml --limit 60 \
+#       --modes oracle,constants --out benchmarks/results/planner_ceiling_lookup.json
 set -euo pipefail
 CONFIG=${CONFIG:-src/agentflow/configs/train_cpu_demo.yaml}
 CEILING=${CEILING:-benchmarks/results/planner_ceiling_lookup.json}

@@ -1,90 +1,150 @@
-"""How far can the planner take the flow? Held-out accuracy of the training flow with a scripted oracle
-planner (the right tool at every turn, with a sub-goal that names what to do), next to a planner that never
-names a tool, one that uses the right tools in the wrong order and ones that repeat one of them (what an
-untrained planner that always names the same tool does). Everything else (executor, tools, generator,
-scoring) is the flow of the training config, so this bounds what training the planner alone can reach.
+"""The trivial and the ideal planners, measured in a training config's flow before anything is trained.
 
-    python benchmarks/planner_ceiling.py [--config src/agentflow/configs/train_cpu_demo.yaml] [--limit N]
+- `oracle`: scripted, the right tools of the question's kind in order (`tools` of each item), each with a
+  sub-goal that names what to do, then the action `answer` (with `planner_stop`): the ceiling.
+- `constants`: every constant tool sequence up to max_turns, the same for every question, the sub-goal being
+  the question itself; with `planner_stop` each shorter sequence ends with `answer`, and `answer` alone (no
+  tool) is one of them. The best of them is what a planner that learns one plan for every question reaches.
+- `frozen`: the untrained planner itself (the config's policy engine, greedy as evaluated).
+- `const:T1+T2`: one constant sequence.
+
+Everything else (executor, tools, generator, scoring) is the config's evaluation flow, so these bound what
+training the planner can reach and what it must beat.
+
+    python benchmarks/planner_ceiling.py --config src/agentflow/configs/train_mixed.yaml \
+        [--modes oracle,constants,frozen] [--per-kind N | --limit N] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import re
 import time
 from collections import defaultdict
 from pathlib import Path
 
+from agentflow.config import STOP_ACTION
 from agentflow.engines.scripted import ScriptedEngine
 from agentflow.flow import Flow
 from agentflow.train.config import TrainConfig
-from agentflow.train.data import default_paths, load_questions
+from agentflow.train.data import Question, default_paths, load_questions
 from agentflow.train.rollout import run_rollouts
 
 
-def right_tools(question) -> list[str]:
+def right_tools(question: Question) -> list[str]:
     return list(question.meta.get("tools") or [question.meta["tool"]])
 
 
-def sub_goal(question, tool: str) -> str:
+def oracle_sub_goal(question: Question, tool: str, turn: int) -> str:
+    """What a planner that knows the plan would ask of this step."""
+    element = question.meta.get("element") or question.meta.get("source_title")
     if tool == "wikipedia_search":
-        return question.meta.get("source_title") or question.meta.get("element") or question.question
-    if question.meta.get("kind") == "arithmetic":
-        return "Compute " + question.question.removeprefix("What is ").rstrip("?")
-    return "Compute the answer from the lookup"
+        return f"Find the atomic number of {element.lower()}" if question.meta.get("atomic_number") else element
+    numbers = re.findall(r"\d+", question.question)
+    if question.meta.get("kind") in ("lookup_compute", "times") or turn > 1:
+        return f"Multiply the atomic number by {numbers[-1]}" if numbers else "Compute the answer from the lookup"
+    return "Compute " + (" + " if "{c}" in question.meta.get("template", "") or "+" in question.question
+                         else " * ").join(numbers)
 
 
-def scripted(questions, order):
-    """A planner that plays `order(right tools)` turn by turn (the last one again past its end)."""
+def scripted(questions: list[Question], plan, sub_goal, *, stop: bool) -> ScriptedEngine:
+    """A planner that plays `plan(question)` turn by turn, then `answer` (with `stop`) or its last tool again."""
     by_text = {q.question: q for q in questions}
 
     def reply(messages):
         text = messages[-1]["content"]
         question = by_text[re.search(r"Question: (.*)", text).group(1).strip()]
         turn = int(re.search(r"Step (\d+) of", text).group(1))
-        tools = order(right_tools(question))
-        tool = tools[min(turn, len(tools)) - 1]
-        return json.dumps({"tool_name": tool, "sub_goal": sub_goal(question, tool), "context": ""})
+        tools = plan(question)
+        if turn > len(tools):
+            tool = STOP_ACTION if stop or not tools else tools[-1]
+        else:
+            tool = tools[turn - 1]
+        return json.dumps({"tool_name": tool, "sub_goal": sub_goal(question, tool, turn), "context": ""})
 
     return ScriptedEngine(reply)
 
 
-async def measure(cfg: TrainConfig, questions, planner) -> dict:
-    flow = Flow.from_config(cfg.eval_flow_config(), engines={cfg.policy_engine_name: planner})
+def constant_sequences(tools: list[str], max_turns: int, *, stop: bool) -> list[tuple[str, ...]]:
+    """Every sequence the same for all questions: with `stop`, of length 0 to max_turns (then `answer`);
+    without, exactly max_turns tools."""
+    lengths = range(0, max_turns + 1) if stop else [max_turns]
+    return [seq for n in lengths for seq in itertools.product(tools, repeat=n)]
+
+
+async def measure(cfg: TrainConfig, questions: list[Question], planner: ScriptedEngine | None) -> dict:
+    engines = {cfg.policy_engine_name: planner} if planner is not None else {}
+    flow = Flow.from_config(cfg.eval_flow_config(), engines=engines)
     start = time.perf_counter()
     try:
         batch = await run_rollouts(flow, questions, group_size=1, concurrency=cfg.rollout_concurrency)
     finally:
         await flow.aclose()
     kinds: dict[str, list[bool]] = defaultdict(list)
+    sequences: dict[str, int] = defaultdict(int)
     for r in batch.rollouts + batch.excluded:
         kinds[r.question.meta.get("kind", "all")].append(bool(r.score and r.score.correct))
+        sequences[" > ".join(str(t.tool) for t in r.trajectory.turns)] += 1
     n = sum(len(v) for v in kinds.values())
     return {"accuracy": round(sum(sum(v) for v in kinds.values()) / n, 4),
-            "by_kind": {k: round(sum(v) / len(v), 4) for k, v in kinds.items()}, "questions": n,
+            "by_kind": {k: round(sum(v) / len(v), 4) for k, v in sorted(kinds.items())}, "questions": n,
+            "sequences": dict(sorted(sequences.items(), key=lambda kv: -kv[1])[:8]),
             "infrastructure_failures": len(batch.excluded), "seconds": round(time.perf_counter() - start, 1)}
 
 
+def pick(questions: list[Question], *, per_kind: int | None, limit: int | None) -> list[Question]:
+    if per_kind is None:
+        return questions[:limit]
+    taken: dict[str, int] = defaultdict(int)
+    chosen = []
+    for q in questions:
+        kind = q.meta.get("kind", "all")
+        if taken[kind] < per_kind:
+            taken[kind] += 1
+            chosen.append(q)
+    return chosen
+
+
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--config", default="src/agentflow/configs/train_cpu_demo.yaml")
-    parser.add_argument("--limit", type=int, default=None)
-    parser.add_argument("--modes", default="oracle,reversed,first_twice,last_twice,no_tool")
-    parser.add_argument("--out", default=None, help="also write the JSON summary here")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="src/agentflow/configs/train_mixed.yaml")
+    parser.add_argument("--modes", default="oracle,constants,frozen")
+    parser.add_argument("--limit", type=int, default=None, help="the first N held-out questions")
+    parser.add_argument("--per-kind", type=int, default=None, help="the first N held-out questions of each kind")
+    parser.add_argument("--out", default=None, help="also write the JSON summary here (rewritten after each mode)")
     args = parser.parse_args()
     cfg = TrainConfig.from_yaml(args.config)
-    questions = load_questions(cfg.data.eval_path or default_paths(cfg.data.task)[1], cfg.data)[:args.limit]
-    planners = {"oracle": lambda: scripted(questions, lambda tools: tools),
-                "reversed": lambda: scripted(questions, lambda tools: tools[::-1]),
-                "first_twice": lambda: scripted(questions, lambda tools: tools[:1] * 2),
-                "last_twice": lambda: scripted(questions, lambda tools: tools[-1:] * 2),
-                "no_tool": lambda: ScriptedEngine(['{"context": "", "sub_goal": "answer", "tool_name": "none"}'])}
-    results = {mode: asyncio.run(measure(cfg, questions, planners[mode]())) for mode in args.modes.split(",")}
-    print(json.dumps(results, indent=2))
-    if args.out:
-        Path(args.out).write_text(json.dumps({"config": args.config, **results}, indent=2) + "\n")
+    flow_cfg = cfg.eval_flow_config()
+    stop = flow_cfg.planner_stop
+    questions = pick(load_questions(cfg.data.eval_path or default_paths(cfg.data.task)[1], cfg.data),
+                     per_kind=args.per_kind, limit=args.limit)
+    modes: dict[str, ScriptedEngine | None] = {}
+    for mode in args.modes.split(","):
+        if mode == "oracle":
+            modes[mode] = scripted(questions, right_tools, oracle_sub_goal, stop=stop)
+        elif mode == "frozen":
+            modes[mode] = None
+        elif mode == "constants" or mode.startswith("const:"):
+            sequences = constant_sequences(list(flow_cfg.tools), flow_cfg.limits.max_turns, stop=stop) \
+                if mode == "constants" else [tuple(t for t in mode.removeprefix("const:").split("+") if t)]
+            for seq in sequences:
+                modes["const:" + "+".join(seq)] = scripted(
+                    questions, lambda q, seq=seq: list(seq), lambda q, tool, turn: q.question, stop=stop)
+        else:
+            parser.error(f"unknown mode {mode!r}")
+    results: dict[str, dict] = {}
+    for mode, planner in modes.items():
+        results[mode] = asyncio.run(measure(cfg, questions, planner))
+        print(mode, json.dumps(results[mode]), flush=True)
+        if args.out:
+            constants = {m: r["accuracy"] for m, r in results.items() if m.startswith("const:")}
+            best = max(constants, key=constants.get) if constants else None
+            Path(args.out).write_text(json.dumps({
+                "config": args.config, "questions": len(questions), "best_constant": best,
+                "best_constant_accuracy": constants.get(best) if best else None, **results}, indent=2) + "\n")
 
 
 if __name__ == "__main__":
