@@ -13,10 +13,17 @@ from agentflow.errors import ConfigError
 CONFIGS = Path(agentflow.__file__).parent / "configs"
 
 
-@pytest.mark.parametrize("name", ["flow_default.yaml", "flow_openai.yaml"])
+@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("flow_*.yaml")))
 def test_shipped_flow_configs_load(name):
     config = FlowConfig.from_yaml(CONFIGS / name)
     assert config.roles.planner.engine in config.engines
+
+
+def test_the_mixed_flow_is_the_papers_and_never_cuts_a_planner_reply():
+    config = FlowConfig.from_yaml(CONFIGS / "flow_mixed.yaml")
+    assert config.planner_stop and config.limits.max_turns >= 3
+    assert not any(settings.get("input") for settings in config.tools.values())  # the executor writes every call
+    assert 2 * config.limits.plan_chars + 30 <= config.roles.planner.sampling.max_tokens
 
 
 def test_no_config_means_the_bundled_models_flow_and_a_named_model_gets_the_papers():
