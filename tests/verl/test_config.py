@@ -156,7 +156,7 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"micro_batch_tokens": 1000}, "must hold the longest row"),
     ({"verl": {"overrides": ["actor_rollout_ref.rollout.n=4"]}}, "already maps"),
     ({"verl": {"overrides": ["trainer.save_freq"]}}, "key=value"),
-    ({"verl": {"unknown": 1}}, "Extra inputs"),
+    ({"verl": {"unknown": 1}}, "unknown key verl.unknown"),
 ]
 
 

@@ -24,7 +24,7 @@ def test_stdio_and_http_servers_are_told_apart_by_command_or_url():
     ({"t": {"command": "x", "url": "http://h/mcp"}}, "either 'command' (stdio) or 'url'"),
     ({"a.b": {"command": "x"}}, "String should match pattern"),
     ({"t": {"url": "ftp://h/mcp"}}, "url must start with http:// or https://"),
-    ({"t": {"command": "x", "headers": {}}}, "Extra inputs are not permitted"),
+    ({"t": {"command": "x", "headers": {}}}, "unknown key mcp_servers.t.stdio.headers"),
     ({"t": {"command": "x", "max_concurrency": 0}}, "greater than or equal to 1"),
 ])
 def test_bad_server_settings_are_config_errors(servers, message):
