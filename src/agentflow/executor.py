@@ -8,12 +8,11 @@ sub-goal itself fills that field (recorded as a fallback), so one malformed repl
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from agentflow.engines.base import Message
 from agentflow.memory import truncate
-from agentflow.textsafe import first_json_object
+from agentflow.textsafe import first_json_object, word_set
 from agentflow.tools.base import Tool, ToolExample
 
 EXECUTOR_SYSTEM = (
@@ -72,10 +71,6 @@ def fallback_field(tool: Tool) -> str | None:
     return strings[0] if len(required) == 1 and len(strings) == 1 else None
 
 
-def _words(text: str) -> set[str]:
-    return {w.lower() for w in re.findall(r"[^\W_]+", text)}
-
-
 def copied_example(tool: Tool, question: str, arguments: dict[str, Any] | None) -> ToolExample | None:
     """The worked example whose input the executor repeated word for word, when that input carries something
     of the example's own question that this question lacks (its subject, its numbers).
@@ -84,11 +79,11 @@ def copied_example(tool: Tool, question: str, arguments: dict[str, Any] | None) 
     that is the same for every question (a generic program) is no leak."""
     if not arguments:
         return None
-    asked = _words(question)
+    asked = word_set(question)
     for example in tool.worked_examples():
         if example.input != arguments:
             continue
-        specific = (_words(json.dumps(example.input, ensure_ascii=False)) & _words(example.question)) - asked
+        specific = (word_set(json.dumps(example.input, ensure_ascii=False)) & word_set(example.question)) - asked
         if specific:
             return example
     return None

@@ -183,3 +183,8 @@ def json_terminal_safe(text: str) -> str:
 
     Only for JSON, where each such character can only stand inside a string."""
     return _UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+
+
+def word_set(text: str) -> set[str]:
+    """The lower-cased words of `text` (letters and digits): what two texts share, e.g. a copied example."""
+    return {w.lower() for w in re.findall(r"[^\W_]+", text)}

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentflow.engines.base import Message
 from agentflow.errors import ConfigError, SandboxUnavailableError, ToolError, ToolTimeoutError
+from agentflow.textsafe import word_set
 from agentflow.tools.base import Tool, ToolContext, ToolExample, ToolResult, ToolSettings, register_tool
 from agentflow.tools.sandbox import Isolation, SandboxResult, check_isolation, run_python_sandboxed
 from agentflow.tools.sandbox.levels import explain_failure, unavailable_message
@@ -126,10 +127,6 @@ class CopiedExampleError(ToolError):
     kind = "copied_example"
 
 
-def _words(text: str) -> set[str]:
-    return {w.lower() for w in re.findall(r"[^\W_]+", text)}
-
-
 def copied_code_example(code: str, asked: str) -> str | None:
     """The worked example's task whose code `code` repeats, when that code carries something of the example
     (its numbers, its names) that the task and question lack: the same rule as the executor's
@@ -137,7 +134,7 @@ def copied_code_example(code: str, asked: str) -> str | None:
     for example_task, example_reply in CODE_WRITER_EXAMPLES:
         if extract_code(example_reply) != code.strip():
             continue
-        if _words(code) & _words(example_task) - _words(asked):
+        if word_set(code) & word_set(example_task) - word_set(asked):
             return example_task
     return None
 
