@@ -1,9 +1,10 @@
 """A cgroup per run, where the machine lets us make one: the run's memory (every process, tmpfs pages, shared
 memory), its process count and its CPU time counted and bounded by the kernel as one.
 
-cgroup v2 when our own cgroup can hand the memory and pids controllers down to a child (a delegated subtree, or
-the root); otherwise cgroup v1's memory, pids and cpuacct hierarchies (a v1/v2 hybrid, as root). Neither: None,
-and the limits that need no cgroup hold alone (`docs/tools.md`).
+cgroup v2 when our own cgroup, or its parent, hands the memory and pids controllers down to its children (the
+root; the top of a delegated subtree we were started in a leaf of); otherwise cgroup v1's memory, pids and
+cpuacct hierarchies (a v1/v2 hybrid, as root). Neither: None, and the limits that need no cgroup hold alone
+(`docs/tools.md`).
 """
 
 from __future__ import annotations
@@ -127,11 +128,16 @@ def _create_v2(name: str, memory_bytes: int, max_processes: int) -> RunCgroup | 
     points = [point for point, kind, _ in _mounts() if kind == "cgroup2"]
     if own is None or not points:
         return None
-    parent = os.path.join(points[0], own.lstrip("/"))
-    with open(os.path.join(parent, "cgroup.subtree_control")) as handle:
-        enabled = set(handle.read().split())
-    if not {"memory", "pids"} <= enabled:
-        return None  # our cgroup does not hand these down (not delegated to us, or v1 holds them)
+    # A cgroup that holds processes cannot hand the memory controller down (the kernel's "no internal
+    # processes" rule; only the root is exempt), so our own cgroup serves only at the root; elsewhere its parent
+    # does, when we were started in a leaf of a delegated subtree whose top hands memory and pids down.
+    for path in dict.fromkeys((own, os.path.dirname(own.rstrip("/")) or "/")):
+        parent = os.path.join(points[0], path.lstrip("/"))
+        with open(os.path.join(parent, "cgroup.subtree_control")) as handle:
+            if {"memory", "pids"} <= set(handle.read().split()):
+                break
+    else:
+        return None  # not handed down to us (no delegation, or v1 holds these controllers)
     folder = os.path.join(parent, name)
     os.mkdir(folder, 0o755)
     group = RunCgroup(2, {"": folder}, [folder])
