@@ -31,7 +31,9 @@ def _aarch64_numbers() -> dict[str, int]:
     def holds(condition: str) -> bool:
         condition = re.sub(r"defined\s*\(\s*(\w+)\s*\)", lambda m: str(m[1] in _AARCH64_WANTS), condition)
         condition = condition.replace("__BITS_PER_LONG", "64").replace("||", " or ").replace("&&", " and ")
-        return bool(eval(re.sub(r"!(?!=)", " not ", condition)))  # only the header's own conditions
+        condition = re.sub(r"!(?!=)", " not ", condition)
+        assert re.fullmatch(r"[\sA-Za-z0-9=!()]*", condition), condition  # booleans, numbers and comparisons
+        return bool(eval(condition, {"__builtins__": {}}))
 
     active: list[bool] = []
     values: dict[str, int | None] = {}
