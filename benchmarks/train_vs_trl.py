@@ -196,7 +196,7 @@ def run_ours(args: argparse.Namespace, path: str) -> dict:
             with torch.no_grad(), ctx:
                 for idx in batches:
                     packed = pack_rows([rows[i] for i in idx], pad_id=tokenizer.pad_token_id, device=args.device)
-                    lp, _ = response_logprobs(model, packed, chunked_head=chunked)
+                    lp, _, _ = response_logprobs(model, packed, chunked_head=chunked)
                     ref.update({i: lp[j] for j, i in enumerate(idx)})
         sync(args.device)
         ref_s = time.perf_counter() - start
@@ -211,7 +211,7 @@ def run_ours(args: argparse.Namespace, path: str) -> dict:
         for idx in batches:
             packed = pack_rows([rows[i] for i in idx], pad_id=tokenizer.pad_token_id, device=args.device)
             with torch.autocast("cuda", dtype=torch.bfloat16, enabled=args.device.startswith("cuda")):
-                lp, entropy = response_logprobs(model, packed, with_entropy=False, chunked_head=chunked)
+                lp, entropy, _ = response_logprobs(model, packed, with_entropy=False, chunked_head=chunked)
             result = clipped_surrogate_loss(
                 logprobs=lp, old_logprobs=packed.old_logprobs, advantages=advantages[idx].to(args.device),
                 mask=packed.response_mask, ref_logprobs=torch.stack([ref[i] for i in idx]) if ref else None,

@@ -30,7 +30,7 @@ def test_packed_rows_match_unpadded_forward(tiny_model):
     rows = [TurnRow(0, [1, 2, 3, 4, 5], [6, 7], [0.0, 0.0]), TurnRow(0, [8, 9], [10, 11, 12, 13], [0.0] * 4)]
     packed = pack_rows(rows, pad_id=0)
     with torch.no_grad():
-        logprobs, entropy = response_logprobs(tiny_model, packed, temperature=0.7, with_entropy=True)
+        logprobs, entropy, _ = response_logprobs(tiny_model, packed, temperature=0.7, with_entropy=True)
     assert packed.response_mask.tolist() == [[0, 0, 1, 1], [1, 1, 1, 1]]
     assert logprobs[0, 2:].tolist() == pytest.approx(reference(tiny_model, rows[0], 0.7), abs=1e-5)
     assert logprobs[1].tolist() == pytest.approx(reference(tiny_model, rows[1], 0.7), abs=1e-5)

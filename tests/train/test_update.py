@@ -54,7 +54,7 @@ def test_fresh_sample_has_ratio_one_and_forced_tokens_no_gradient(engine: Transf
     update.replay_masks(rows)
     packed = pack_rows(rows, pad_id=engine.tokenizer.pad_token_id, allowed=[r.allowed for r in rows],
                        vocab_size=update.vocab_size)
-    logprobs, _ = response_logprobs(engine.model, packed, temperature=1.0, chunked_head=chunked)
+    logprobs, _, _ = response_logprobs(engine.model, packed, temperature=1.0, chunked_head=chunked)
     mask = packed.response_mask.bool()
     assert torch.allclose(logprobs[mask], packed.old_logprobs[mask], atol=1e-5)  # ratio exp(0) = 1
     forced = mask & (packed.allowed.sum(-1) == 1)
@@ -75,7 +75,7 @@ def test_chunked_head_matches_the_models_own_forward_in_value_and_gradient(engin
     results = []
     for chunked in (False, True):
         engine.model.zero_grad()
-        logprobs, entropy = response_logprobs(engine.model, packed, temperature=0.7, with_entropy=True,
+        logprobs, entropy, _ = response_logprobs(engine.model, packed, temperature=0.7, with_entropy=True,
                                               chunked_head=chunked)
         (logprobs * torch.linspace(-1, 1, logprobs.shape[1])).sum().backward()
         results.append((logprobs.detach(), entropy, weight.grad.clone()))

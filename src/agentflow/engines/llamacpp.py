@@ -146,6 +146,8 @@ class LlamaCppEngine(Engine):
         self._slots: asyncio.Semaphore | None = None
         self._slots_loop: asyncio.AbstractEventLoop | None = None
         self.load_seconds: float | None = None
+        self.lora_path: Path | None = None
+        """A llama.cpp LoRA file applied over the model (scale 1) from the next load on."""
 
     # -- loading -------------------------------------------------------------------------------------------
 
@@ -162,15 +164,26 @@ class LlamaCppEngine(Engine):
             # that listener private; direct calls do not need it.
             params = _build_params(self.config, self.model_path, self.n_threads,
                                    api_key=secrets.token_urlsafe(24))
+            if self.lora_path is not None:
+                adapter = xllamacpp.CommonAdapterLoraInfo()
+                adapter.path, adapter.scale = str(self.lora_path), 1.0
+                params.lora_adapters = [adapter]
             started = time.perf_counter()
             try:
                 self._server = xllamacpp.Server(params)
             except RuntimeError as err:  # xllamacpp gives no detail; retrying would not help
-                raise ConfigError(f"llama.cpp could not load {self.model_path}: not a valid GGUF file, or "
-                                  f"too large for memory (set logging to DEBUG to see llama.cpp's log)") from err
+                adapter = f" with the adapter {self.lora_path}" if self.lora_path else ""
+                raise ConfigError(f"llama.cpp could not load {self.model_path}{adapter}: not a valid GGUF file, "
+                                  f"or too large for memory (set logging to DEBUG to see llama.cpp's log)") from err
             self.load_seconds = time.perf_counter() - started
             log.info("llama.cpp loaded %s in %.2fs (n_ctx=%d, n_parallel=%d, n_threads=%d)", self.model_name,
                      self.load_seconds, self.config.n_ctx, self.config.n_parallel, self.n_threads)
+
+    def reload(self) -> None:
+        """Free the model and load it again (with the current `lora_path`); no request may be running."""
+        with self._load_lock:
+            self._server = None
+        self.load()
 
     # -- generation ----------------------------------------------------------------------------------------
 
@@ -330,8 +343,8 @@ def _error_for_status(status: int, message: str) -> EngineError:
     return bad_request_error(message)
 
 
-def parse_chat_response(response: Any, *, model: str, seconds: float) -> Completion:
-    """Turn llama.cpp's chat-completion dict into a Completion, or raise the matching EngineError."""
+def parse_completion_error(response: Any) -> None:
+    """Raise the EngineError matching a llama.cpp reply that is an error, or not a JSON object."""
     if not isinstance(response, dict):
         raise EngineResponseError(f"llama.cpp returned {type(response).__name__}, not a JSON object")
     error = response.get("error")
@@ -343,6 +356,11 @@ def parse_chat_response(response: Any, *, model: str, seconds: float) -> Complet
         status = int(error.get("code") or 500)
         raise _error_for_status(status, f"llama.cpp error {status} ({error.get('type', '?')}): "
                                         f"{error.get('message', '')}")
+
+
+def parse_chat_response(response: Any, *, model: str, seconds: float) -> Completion:
+    """Turn llama.cpp's chat-completion dict into a Completion, or raise the matching EngineError."""
+    parse_completion_error(response)
     choices = response.get("choices")
     if not isinstance(choices, list) or not choices:
         raise EngineResponseError("llama.cpp reply has no choices")

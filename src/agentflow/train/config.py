@@ -50,6 +50,31 @@ class LoraSettings(_Strict):
         description="Module names that get adapters (peft `target_modules`).")
 
 
+class RolloutEngineSettings(_Strict):
+    """Where the planner's rollouts are sampled (`rollout_engine.*`)."""
+
+    kind: Literal["transformers", "llamacpp"] = Field(
+        "transformers", description="transformers: the trainer's own model samples (exact log-probs, slow); "
+        "llamacpp: llama.cpp over an F16 copy of the base with the trainer's LoRA adapter, re-synced after every "
+        "optimiser step (needs LoRA and a llama-architecture GGUF base, such as the bundled model).")
+    n_parallel: int = Field(8, ge=1, description="llamacpp: requests decoded together (llama.cpp slots).")
+    n_threads: int | None = Field(None, ge=1, description="llamacpp: CPU threads; default: half the cores, at "
+                                  "most 4.")
+    n_ctx: int = Field(16384, ge=512, description="llamacpp: context tokens over all slots (each slot holds "
+                       "n_ctx / n_parallel: prompt + reply).")
+    tis: bool | None = Field(None, description="Truncated importance sampling: weigh each token's policy "
+                             "gradient by min(pi_trainer / pi_engine, tis_cap), correcting for the engine's "
+                             "numerical gap to the trainer. None: on when the engine is not the trainer's "
+                             "(llamacpp).")
+    tis_cap: float = Field(2.0, ge=1.0, description="The truncation C of the importance weights (verl's default).")
+    gap_threshold: float = Field(0.1, gt=0.0, description="Tokens whose engine and trainer log-probs differ by "
+                                 "more than this (nats) are counted in the metric logprob_gap/share_over.")
+
+    @property
+    def tis_enabled(self) -> bool:
+        return self.kind != "transformers" if self.tis is None else self.tis
+
+
 class DataSettings(_Strict):
     """Where questions come from. Files are JSONL, JSON (a list) or parquet, one question per record."""
 
@@ -121,6 +146,10 @@ class TrainConfig(_Strict):
         "rollouts and evaluation both use it. None: the planner writes its whole reply.")
     rollout_concurrency: int = Field(32, ge=1, description="Trajectories in flight at once (the policy engine "
                                      "batches concurrent planner calls up to its max_batch_size).")
+    rollout_engine: RolloutEngineSettings = Field(
+        default_factory=RolloutEngineSettings, description="Where the planner's rollouts and evaluations are "
+        "sampled (the `rollout_engine.*` keys): the trainer's transformers model, or llama.cpp with the "
+        "adapter synced after every step.")
 
     # -- optimisation -----------------------------------------------------------------------------
     learning_rate: float = Field(2e-4, gt=0.0, description="AdamW peak learning rate.")
@@ -189,6 +218,9 @@ class TrainConfig(_Strict):
             raise ValueError(f"the planner's top_p is {sampling.top_p}: training needs top_p = 1 (the trainer "
                              "recomputes log-probs of the full tempered distribution; a nucleus would make them "
                              "disagree with what the rollout sampled)")
+        if self.rollout_engine.kind == "llamacpp" and self.algorithm == "grpo" and not self.lora.enabled:
+            raise ValueError("rollout_engine kind 'llamacpp' syncs the LoRA adapter after each step: it needs "
+                             "lora.enabled (full fine-tuning rolls out on kind 'transformers')")
         if self.algorithm == "sft" and self.teacher is None:
             raise ValueError("algorithm 'sft' needs a `teacher` engine")
         from agentflow.train.advantages import ADVANTAGE_ESTIMATORS

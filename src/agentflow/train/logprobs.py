@@ -38,6 +38,8 @@ class PackedRows:
     old_logprobs: torch.Tensor
     allowed: torch.Tensor | None = None
     """(N, R, V) booleans: the tokens each response token could have been drawn from; None: all."""
+    token_weights: torch.Tensor | None = None
+    """(N, R) importance weights of each response token's policy gradient (TIS); None: all 1."""
 
     @property
     def tokens(self) -> int:
@@ -56,6 +58,8 @@ def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | st
     response = torch.zeros((n, resp_width), dtype=torch.long)
     response_mask = torch.zeros((n, resp_width), dtype=torch.float32)
     old = torch.zeros((n, resp_width), dtype=torch.float32)
+    weights = torch.ones((n, resp_width), dtype=torch.float32) if any(
+        getattr(r, "tis_weights", None) is not None for r in rows) else None
     masks = None
     if allowed is not None and any(a is not None for a in allowed):
         if vocab_size is None:
@@ -69,6 +73,8 @@ def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | st
         response[i, resp_width - k:] = torch.tensor(row.response_ids)
         response_mask[i, resp_width - k:] = 1.0
         old[i, resp_width - k:] = torch.tensor(row.old_logprobs)
+        if weights is not None and getattr(row, "tis_weights", None) is not None:
+            weights[i, resp_width - k:] = torch.tensor(row.tis_weights)
         if masks is not None and allowed is not None and allowed[i] is not None:
             mask = allowed[i]
             if mask.shape != (k, vocab_size):
@@ -76,13 +82,17 @@ def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | st
             masks[i, resp_width - k:] = mask
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
     return PackedRows(input_ids.to(device), attention.to(device), position_ids.to(device), response.to(device),
-                      response_mask.to(device), old.to(device), None if masks is None else masks.to(device))
+                      response_mask.to(device), old.to(device), None if masks is None else masks.to(device),
+                      None if weights is None else weights.to(device))
 
 
 def _token_logprobs(head: torch.nn.Module, hidden: torch.Tensor, ids: torch.Tensor, allowed: torch.Tensor | None,
-                    temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Log-prob of `ids` and entropy (no grad) of the (masked, tempered) distribution at each position."""
+                    temperature: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Log-prob of `ids` and entropy (no grad) of the (masked, tempered) distribution at each position, and
+    the raw log-prob of `ids` (temperature 1, no mask; no grad), what another engine reports."""
     logits = head(hidden).float()
+    with torch.no_grad():
+        raw = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
     if temperature and temperature != 1.0:
         logits = logits / temperature
     if allowed is not None:
@@ -94,7 +104,7 @@ def _token_logprobs(head: torch.nn.Module, hidden: torch.Tensor, ids: torch.Tens
         probs = torch.softmax(logits, dim=-1)
         weighted = torch.where(probs > 0, probs * logits, torch.zeros_like(logits))  # 0 * -inf is 0 here
         entropy = log_norm - weighted.sum(-1)
-    return logprobs, entropy
+    return logprobs, entropy, raw
 
 
 def plain_lm_head(model: torch.nn.Module) -> bool:
@@ -114,10 +124,11 @@ def plain_lm_head(model: torch.nn.Module) -> bool:
 
 
 def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature: float = 1.0,
-                      with_entropy: bool = False, chunked_head: bool = False
-                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(N, R) log-probs of the response tokens under logits / temperature (masked by `packed.allowed`), and
-    their entropies (no grad).
+                      with_entropy: bool = False, with_raw: bool = False, chunked_head: bool = False
+                      ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+    """(N, R) log-probs of the response tokens under logits / temperature (masked by `packed.allowed`), their
+    entropies (no grad) and their raw log-probs (temperature 1, no mask, no grad: to compare with what another
+    engine reported), the last two None unless asked for.
 
     The temperature must be the rollout's sampling temperature, so that the ratio compares the same
     distributions the rollout sampled from. `chunked_head` (only where `plain_lm_head(model)`): run the LM
@@ -127,9 +138,10 @@ def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature
     if not chunked_head:
         out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
                     position_ids=packed.position_ids, logits_to_keep=resp_width + 1, use_cache=False)
-        logprobs, entropy = _token_logprobs(torch.nn.Identity(), out.logits[:, -resp_width - 1:-1, :],
-                                            packed.response_ids, packed.allowed, temperature)
-        return logprobs * packed.response_mask, entropy if with_entropy else None
+        logprobs, entropy, raw = _token_logprobs(torch.nn.Identity(), out.logits[:, -resp_width - 1:-1, :],
+                                                 packed.response_ids, packed.allowed, temperature)
+        return (logprobs * packed.response_mask, entropy if with_entropy else None,
+                raw * packed.response_mask if with_raw else None)
     head = model.get_output_embeddings()
     out = model.get_decoder()(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
                               position_ids=packed.position_ids, use_cache=False)
@@ -138,18 +150,21 @@ def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature
     rows_per_chunk = max(1, LOGITS_CHUNK_ELEMENTS // max(resp_width * vocab, 1))
     parts: list[torch.Tensor] = []
     entropies: list[torch.Tensor] = []
+    raws: list[torch.Tensor] = []
     for start in range(0, hidden.shape[0], rows_per_chunk):
         stop = start + rows_per_chunk
         allowed = None if packed.allowed is None else packed.allowed[start:stop]
         args: tuple[Any, ...] = (head, hidden[start:stop], packed.response_ids[start:stop], allowed, temperature)
         if torch.is_grad_enabled() and hidden.requires_grad:
-            logprobs, entropy = checkpoint(_token_logprobs, *args, use_reentrant=False)
+            logprobs, entropy, raw = checkpoint(_token_logprobs, *args, use_reentrant=False)
         else:
-            logprobs, entropy = _token_logprobs(*args)
+            logprobs, entropy, raw = _token_logprobs(*args)
         parts.append(logprobs)
         entropies.append(entropy)
+        raws.append(raw)
     logprobs = torch.cat(parts) * packed.response_mask
-    return logprobs, torch.cat(entropies) if with_entropy else None
+    return (logprobs, torch.cat(entropies) if with_entropy else None,
+            torch.cat(raws) * packed.response_mask if with_raw else None)
 
 
 def micro_batches(rows: Sequence[TurnRow], *, max_rows: int, max_tokens: int) -> list[list[int]]:

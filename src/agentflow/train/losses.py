@@ -110,13 +110,16 @@ def clipped_surrogate_loss(
     weights: torch.Tensor | None = None,
     row_trajectory: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
+    token_weights: torch.Tensor | None = None,
 ) -> LossOutput:
     """-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) + kl_coef * KL(policy || ref), per token, summed with
     row weights.
 
     r = exp(logprobs - old_logprobs) where old log-probs are those the rollout sampled with. `weights`: the
     (rows,) weights `row_weights` gave for the whole batch (pass them sliced for a micro-batch); None: computed
-    from `aggregation` over these rows alone (with `row_trajectory` for the paper's). Metrics (plain floats
+    from `aggregation` over these rows alone (with `row_trajectory` for the paper's). `token_weights`:
+    (rows, tokens) importance weights multiplying each token's clipped term (truncated importance sampling
+    for rollouts sampled by another engine; the KL term is not weighted); None: 1. Metrics (plain floats
     over masked tokens): clip_fraction, approx_kl (k3 of policy vs rollout), kl_ref, entropy, ratio_mean.
     """
     if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
@@ -136,6 +139,10 @@ def clipped_surrogate_loss(
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * adv
     per_token = -torch.minimum(unclipped, clipped)
+    if token_weights is not None:
+        if token_weights.shape != logprobs.shape:
+            raise ValueError(f"token_weights shape {tuple(token_weights.shape)} != logprobs {tuple(logprobs.shape)}")
+        per_token = per_token * token_weights.to(per_token.dtype)
     kl_ref = None
     if ref_logprobs is not None:
         if ref_logprobs.shape != logprobs.shape:

@@ -51,6 +51,11 @@ class TurnRow:
     """The JSON schema decoding was constrained to (its masks are replayed for the log-probs), or None."""
     allowed: torch.Tensor | None = None
     """(len(response_ids), vocab) booleans rebuilt from `schema` by the trainer; None: unconstrained."""
+    engine_logprobs: list[float] | None = None
+    """Rows sampled by another engine than the trainer's: its raw log-probs of the response (NaN: unknown);
+    the update then recomputes `old_logprobs` itself and sets `tis_weights`."""
+    tis_weights: list[float] | None = None
+    """Truncated importance weight of each response token (None: 1)."""
 
 
 @dataclass
@@ -73,8 +78,9 @@ class RolloutBatch:
     def trajectory_ids(self) -> list[str]:
         return [r.trajectory_id for r in self.rollouts]
 
-    def rows(self) -> tuple[list[TurnRow], torch.Tensor]:
-        """Training rows (one per planner call) and the trajectory index of each row."""
+    def rows(self, *, engine_logprobs: bool = False) -> tuple[list[TurnRow], torch.Tensor]:
+        """Training rows (one per planner call) and the trajectory index of each row. `engine_logprobs`: the
+        policy engine is not the trainer's model, and its log-probs are kept as `TurnRow.engine_logprobs`."""
         rows: list[TurnRow] = []
         for t, rollout in enumerate(self.rollouts):
             for turn, call in enumerate(rollout.trajectory.planner_calls(), 1):
@@ -82,15 +88,16 @@ class RolloutBatch:
                 assert completion is not None
                 if not completion.prompt_token_ids or completion.token_ids is None or completion.logprobs is None:
                     raise ValueError(f"trajectory {rollout.trajectory_id!r} turn {turn}: the policy engine "
-                                     "returned no token ids / log-probs; the planner must run on a "
-                                     "transformers engine")
+                                     "returned no token ids / log-probs; the planner must run on the "
+                                     "trainer's policy engine (transformers, or the llama.cpp rollout engine)")
                 if len(completion.token_ids) != len(completion.logprobs):
                     raise ValueError(f"trajectory {rollout.trajectory_id!r} turn {turn}: "
                                      f"{len(completion.token_ids)} tokens but {len(completion.logprobs)} log-probs")
                 if not completion.token_ids:
                     continue
                 rows.append(TurnRow(t, list(completion.prompt_token_ids), list(completion.token_ids),
-                                    list(completion.logprobs), schema=call.response_schema))
+                                    list(completion.logprobs), schema=call.response_schema,
+                                    engine_logprobs=list(completion.logprobs) if engine_logprobs else None))
         return rows, torch.tensor([r.trajectory for r in rows], dtype=torch.long)
 
     def metrics(self) -> dict[str, Any]:

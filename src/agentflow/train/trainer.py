@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -39,6 +39,9 @@ from agentflow.train.logprobs import plain_lm_head
 from agentflow.train.metrics import MetricsLogger
 from agentflow.train.rollout import RolloutBatch, TurnRow, run_rollouts
 from agentflow.train.update import PolicyUpdater, UpdateBatch
+
+if TYPE_CHECKING:
+    from agentflow.engines.hf import TransformersEngine
 
 log = logging.getLogger(__name__)
 
@@ -127,8 +130,13 @@ class Trainer:
         self.tokenizer = policy.tokenizer
         self.device = next(self.model.parameters()).device
         policy.seed_sampling(cfg.seed)
+        self.rollout_policy: Any = None
+        """The llama.cpp engine the planner samples from (rollout_engine kind llamacpp); None: `policy`."""
+        if cfg.rollout_engine.kind == "llamacpp":
+            self.rollout_policy = self._llamacpp_policy(policy)
+            self.rollout_policy.seed_sampling(cfg.seed)
 
-        engines = {**self.extra_engines, cfg.policy_engine_name: policy}
+        engines = {**self.extra_engines, cfg.policy_engine_name: self.rollout_policy or policy}
         self.flow = Flow.from_config(cfg.rollout_flow_config(), engines=engines)
         self.eval_flow = Flow.from_config(cfg.eval_flow_config(), engines=self.flow.engines, tools=self.flow.tools)
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -164,6 +172,36 @@ class Trainer:
         log.info("trainable parameters: %d", n_train)
         return model
 
+    def _llamacpp_policy(self, policy: TransformersEngine) -> Any:
+        """llama.cpp over the policy's base re-written as F16, to carry the trainer's adapter (synced later)."""
+        from agentflow.bundled import bundled_model_path
+        from agentflow.config import LlamaCppEngineConfig
+        from agentflow.errors import ConfigError
+        from agentflow.train.engine_rollout import LlamaCppPolicyEngine
+        from agentflow.train.export import converted_gguf
+
+        settings, model = self.config.rollout_engine, self.config.policy.model
+        base = bundled_model_path() if model is None else Path(model).expanduser()
+        if base.suffix != ".gguf" or not base.is_file():
+            raise ConfigError(f"rollout_engine kind 'llamacpp' needs the policy's base model as a GGUF file (the "
+                              f"bundled model, or a .gguf path); got {model!r}")
+        config = LlamaCppEngineConfig(model_path=str(converted_gguf(base, "f16")), n_parallel=settings.n_parallel,
+                                      n_threads=settings.n_threads, n_ctx=settings.n_ctx)
+        return LlamaCppPolicyEngine(config, trainer_engine=policy, work_dir=self.out_dir / "rollout_engine")
+
+    def _sync_rollout_policy(self) -> dict[str, Any]:
+        """Hand the trainer's current weights to the rollout engine when it holds older ones. A failed sync
+        leaves the engine refusing to sample (its trajectories are infrastructure failures, not rewards from a
+        stale policy) and is retried before the next rollout."""
+        engine = self.rollout_policy
+        if engine is None or (engine.weights_version == self.policy.weights_version and engine.stale is None):
+            return {}
+        try:
+            return engine.sync(self.model, self.policy.weights_version)
+        except Exception as err:
+            log.error("the rollout engine could not load the new weights: %s: %s", type(err).__name__, err)
+            return {"sync/failed": 1.0}
+
     def _resume(self) -> None:
         checkpoints = list_checkpoints(self.out_dir / "checkpoints")
         if not checkpoints:
@@ -174,7 +212,7 @@ class Trainer:
                                     scheduler=self.scheduler)
         self.step = int(state["step"])
         if state.get("policy_sampling") is not None:
-            self.policy.load_sampling_state(state["policy_sampling"])
+            (self.rollout_policy or self.policy).load_sampling_state(state["policy_sampling"])
         assert self.sampler is not None
         self.sampler.position = int(state["data_position"])
         log.info("resumed from %s (step %d, data position %d)", checkpoints[-1], self.step, self.sampler.position)
@@ -204,10 +242,11 @@ class Trainer:
 
     async def _grpo_step(self, questions: list[Question]) -> dict[str, Any]:
         cfg = self.config
+        metrics: dict[str, Any] = self._sync_rollout_policy()
         batch = await run_rollouts(self.flow, questions, group_size=cfg.group_size,
                                    concurrency=cfg.rollout_concurrency)
-        metrics: dict[str, Any] = {"seconds/rollout": batch.seconds, **batch.metrics()}
-        rows, row_traj = batch.rows()
+        metrics.update({"seconds/rollout": batch.seconds, **batch.metrics()})
+        rows, row_traj = batch.rows(engine_logprobs=self.rollout_policy is not None)
         generated = sum(len(r.response_ids) for r in rows)
         metrics["rollout_planner_tokens_per_s"] = generated / max(batch.seconds, 1e-9)
         rewards = batch.rewards()
@@ -297,6 +336,7 @@ class Trainer:
 
     async def evaluate(self, label: str | int) -> dict[str, Any]:
         """Accuracy of the current planner on the held-out questions (one greedy trajectory each)."""
+        self._sync_rollout_policy()
         batch = await run_rollouts(self.eval_flow, self.eval_items, group_size=1,
                                    concurrency=self.config.rollout_concurrency)
         # the tools picked at each turn are kept (frozen vs trained choices); the all-turn shares are not
@@ -329,7 +369,7 @@ class Trainer:
         save_checkpoint(self.out_dir / "checkpoints", step=self.step, model=self.model, optimizer=self.optimizer,
                         scheduler=self.scheduler, keep=self.config.keep_checkpoints,
                         state={"data_position": self.sampler.position, "algorithm": self.config.algorithm},
-                        sampling_state=self.policy.sampling_state())
+                        sampling_state=(self.rollout_policy or self.policy).sampling_state())
 
     async def arun(self, *, resume: bool = False) -> dict[str, Any]:
         """Train (or only evaluate, for `frozen` and max_steps 0); return the final metrics."""

@@ -6,10 +6,19 @@ normalisation 1/G * 1/T_i * 1/|a| is well defined in it. Row weights (`losses.ro
 the whole mini-batch before rows that carry no gradient are skipped, so a step with few informative groups is
 not scaled up. The "old" log-probs are those the rollout recorded: the first update of a batch starts at
 ratio 1, later updates (second mini-batch, second epoch) move away from it, and the clip acts there.
+
+Rows sampled by another engine (llama.cpp, `engine_rollout.py`) carry that engine's raw log-probs instead.
+The trainer then recomputes the old log-probs itself (one forward pass without gradient, same weights as the
+rollout), so the PPO ratio compares the trainer's distributions only, and measures the gap: per token,
+delta = trainer's raw log-prob - engine's raw log-prob of the same id. Truncated importance sampling (TIS;
+Yao et al. 2025, as in verl and TRL) weighs each token's clipped term by min(exp(delta / T), C): the engine's
+log-prob under the grammar mask and temperature is estimated with the trainer's normaliser, exact when the
+two agree on the mass of the allowed tokens and first-order otherwise.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import time
 from contextlib import nullcontext
@@ -91,11 +100,28 @@ class PolicyUpdater:
             model, ctx = self.model, self.model.disable_adapter()
         with torch.no_grad(), ctx:
             for indices in self._micro_batches(rows):
-                logprobs, _ = response_logprobs(model, self._pack([rows[i] for i in indices]),
+                logprobs, _, _ = response_logprobs(model, self._pack([rows[i] for i in indices]),
                                                 temperature=temperature, chunked_head=self.chunked_head)
                 for j, i in enumerate(indices):
                     out[i] = logprobs[j, logprobs.shape[1] - len(rows[i].response_ids):]
         return [t for t in out if t is not None]
+
+    def engine_rows(self, rows: list[TurnRow], temperature: float) -> dict[str, float]:
+        """Rows sampled by another engine, before an update that moves away from the rollout weights (several
+        mini-batches or epochs): one forward pass without gradient gives the trainer's own sampling log-probs,
+        which become `old_logprobs`, and the TIS weights. Returns the gap metrics."""
+        gap = EngineGap(self.config, temperature)
+        for indices in self._micro_batches(rows):
+            packed = self._pack([rows[i] for i in indices])
+            with torch.no_grad():
+                sampled, _, raw = response_logprobs(self.model, packed, temperature=temperature, with_raw=True,
+                                                    chunked_head=self.chunked_head)
+            assert raw is not None
+            for j, i in enumerate(indices):
+                k = len(rows[i].response_ids)
+                rows[i].old_logprobs = sampled[j, sampled.shape[1] - k:].tolist()
+                rows[i].tis_weights = gap.weights(rows[i], raw[j, raw.shape[1] - k:])
+        return gap.metrics()
 
     def grpo(self, batch: UpdateBatch, *, temperature: float, step: int) -> dict[str, float]:
         """`ppo_epochs` x mini-batches optimiser steps over `batch`; metrics token-weighted over all of them."""
@@ -105,6 +131,17 @@ class PolicyUpdater:
         start = time.perf_counter()
         self.replay_masks(rows)
         metrics["seconds/masks"] = time.perf_counter() - start
+        groups = list(dict.fromkeys(batch.row_group))
+        gap: EngineGap | None = None
+        if any(r.engine_logprobs is not None for r in rows):
+            metrics["logprob_gap/mask_disagreements"] = float(unmask_disagreeing_rows(rows))
+            if cfg.ppo_epochs == 1 and (cfg.ppo_mini_batch_size or len(groups)) >= len(groups):
+                # one optimiser step from the rollout's weights: its own forward pass gives the old log-probs
+                gap = EngineGap(cfg, temperature)
+            else:
+                start = time.perf_counter()
+                metrics.update(self.engine_rows(rows, temperature))
+                metrics["seconds/old_logprobs"] = time.perf_counter() - start
         start = time.perf_counter()
         ref = self.ref_logprobs(rows, temperature) if cfg.kl_coef > 0 and rows else None
         metrics["seconds/ref_logprobs"] = time.perf_counter() - start
@@ -112,7 +149,6 @@ class PolicyUpdater:
         start = time.perf_counter()
         sums: dict[str, float] = {}
         optimizer_steps, grad_norms, loss_total = 0, [], 0.0
-        groups = list(dict.fromkeys(batch.row_group))
         for epoch in range(cfg.ppo_epochs):
             for chunk in mini_batch_groups(groups, cfg.ppo_mini_batch_size, seed=f"{cfg.seed}/{step}/{epoch}"):
                 members = set(chunk)
@@ -131,7 +167,7 @@ class PolicyUpdater:
                     continue
                 result = self._optimizer_step(
                     [rows[indices[k]] for k in keep], advantages[keep], weights[keep], temperature,
-                    None if ref is None else [ref[indices[k]] for k in keep], sums)
+                    None if ref is None else [ref[indices[k]] for k in keep], sums, gap)
                 optimizer_steps += 1
                 grad_norms.append(result["grad_norm"])
                 loss_total += result["loss"]
@@ -139,6 +175,8 @@ class PolicyUpdater:
                     sums["clip_last_epoch"] = sums.get("clip_last_epoch", 0.0) + result["clipped_tokens"]
                     sums["tokens_last_epoch"] = sums.get("tokens_last_epoch", 0.0) + result["tokens"]
         seconds = time.perf_counter() - start
+        if gap is not None:
+            metrics.update(gap.metrics())
         tokens = max(sums.pop("tokens", 0.0), 1.0)
         clip_last, tokens_last = sums.pop("clip_last_epoch", 0.0), sums.pop("tokens_last_epoch", 0.0)
         metrics.update({k: v / tokens for k, v in sums.items()})
@@ -153,23 +191,36 @@ class PolicyUpdater:
         return metrics
 
     def _optimizer_step(self, rows: list[TurnRow], advantages: torch.Tensor, weights: torch.Tensor,
-                        temperature: float, ref: list[torch.Tensor] | None, sums: dict[str, float]
-                        ) -> dict[str, float]:
+                        temperature: float, ref: list[torch.Tensor] | None, sums: dict[str, float],
+                        gap: EngineGap | None = None) -> dict[str, float]:
+        """One optimiser step over `rows`. `gap`: the rows were sampled by another engine and this is the only
+        step from the rollout's weights: each micro-batch's own log-probs (detached) are the old ones, and its
+        raw log-probs give the TIS weights."""
         cfg = self.config
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss_total, clipped, tokens = 0.0, 0.0, 0.0
         for indices in self._micro_batches(rows):
             packed = self._pack([rows[i] for i in indices])
-            logprobs, entropy = response_logprobs(self.model, packed, temperature=temperature, with_entropy=True,
-                                                  chunked_head=self.chunked_head)
+            logprobs, entropy, raw = response_logprobs(self.model, packed, temperature=temperature,
+                                                       with_entropy=True, with_raw=gap is not None,
+                                                       chunked_head=self.chunked_head)
+            if gap is not None:
+                assert raw is not None
+                packed.old_logprobs = logprobs.detach()
+                packed.token_weights = torch.ones_like(logprobs)
+                for j, i in enumerate(indices):
+                    k = len(rows[i].response_ids)
+                    weights_row = gap.weights(rows[i], raw[j, raw.shape[1] - k:])
+                    packed.token_weights[j, packed.token_weights.shape[1] - k:] = torch.tensor(weights_row)
             ref_lp = None if ref is None else _right_aligned([ref[i] for i in indices], logprobs.shape[1]).to(
                 logprobs.device)
             result = clipped_surrogate_loss(
                 logprobs=logprobs, old_logprobs=packed.old_logprobs,
                 advantages=advantages[indices].to(logprobs.device), mask=packed.response_mask,
                 clip_low=cfg.clip_low, clip_high=cfg.clip_high, ref_logprobs=ref_lp, kl_coef=cfg.kl_coef,
-                kl_estimator=cfg.kl_estimator, weights=weights[indices].to(logprobs.device), entropy=entropy)
+                kl_estimator=cfg.kl_estimator, weights=weights[indices].to(logprobs.device), entropy=entropy,
+                token_weights=packed.token_weights)
             if not torch.isfinite(result.loss):
                 raise FloatingPointError(f"non-finite loss {result.loss.item()}")
             result.loss.backward()
@@ -202,8 +253,8 @@ class PolicyUpdater:
         loss_total, entropy_sum = 0.0, 0.0
         for indices in self._micro_batches(rows):
             packed = self._pack([rows[i] for i in indices])
-            logprobs, entropy = response_logprobs(self.model, packed, with_entropy=True,
-                                                  chunked_head=self.chunked_head)
+            logprobs, entropy, _ = response_logprobs(self.model, packed, with_entropy=True,
+                                                     chunked_head=self.chunked_head)
             loss = -(logprobs * packed.response_mask).sum() / total
             loss.backward()
             loss_total += float(loss.detach())
@@ -216,3 +267,52 @@ class PolicyUpdater:
                 "update_tokens_per_s": sum(len(r.prompt_ids) + len(r.response_ids) for r in rows)
                 / max(seconds, 1e-9)}
 
+
+
+def unmask_disagreeing_rows(rows: list[TurnRow]) -> int:
+    """Rows holding a token their replayed mask forbids (the engine's grammar and the trainer's disagreed): their
+    log-probs are taken unmasked, old and new alike, rather than -inf. Returns how many."""
+    count = 0
+    for row in rows:
+        if row.allowed is not None and not bool(
+                row.allowed[torch.arange(len(row.response_ids)), torch.tensor(row.response_ids)].all()):
+            row.allowed = None
+            count += 1
+    return count
+
+
+class EngineGap:
+    """The gap between another engine's raw log-probs and the trainer's, token by token, and the truncated
+    importance weights it gives (all 1 with TIS off)."""
+
+    def __init__(self, config: TrainConfig, temperature: float) -> None:
+        self.settings = config.rollout_engine
+        self.temperature = temperature or 1.0
+        self.gaps: list[torch.Tensor] = []
+        self.residuals: list[torch.Tensor] = []
+        self.used: list[torch.Tensor] = []
+
+    def weights(self, row: TurnRow, raw: torch.Tensor) -> list[float]:
+        """The TIS weight of each token of `row`, from the trainer's raw log-probs `raw` of its response."""
+        assert row.engine_logprobs is not None
+        delta = raw.detach().float().cpu() - torch.tensor(row.engine_logprobs, dtype=torch.float32)
+        known = ~torch.isnan(delta)
+        log_weight = torch.where(known, delta / self.temperature, torch.zeros_like(delta))
+        log_used = log_weight.clamp(max=math.log(self.settings.tis_cap)) if self.settings.tis_enabled else \
+            torch.zeros_like(log_weight)
+        self.gaps.append(delta[known].abs())
+        self.residuals.append((log_weight - log_used)[known].abs())
+        self.used.append(torch.exp(log_used)[known])
+        row.tis_weights = torch.exp(log_used).tolist()
+        return row.tis_weights
+
+    def metrics(self) -> dict[str, float]:
+        gap = torch.cat(self.gaps) if self.gaps else torch.zeros(0)
+        if not gap.numel():
+            return {}
+        residual, weight = torch.cat(self.residuals), torch.cat(self.used)
+        return {"logprob_gap/mean": float(gap.mean()), "logprob_gap/max": float(gap.max()),
+                "logprob_gap/share_over": float((gap > self.settings.gap_threshold).float().mean()),
+                "logprob_gap/after_tis_mean": float(residual.mean()), "logprob_gap/tokens": float(gap.numel()),
+                "tis/weight_mean": float(weight.mean()),
+                "tis/truncated_share": float((residual > 0).float().mean()) if self.settings.tis_enabled else 0.0}

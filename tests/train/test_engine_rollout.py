@@ -1,0 +1,325 @@
+"""Rollouts through llama.cpp with the trainer's adapter (`train/engine_rollout.py`) and the update's side of
+it (`PolicyUpdater.engine_rows`: recomputed old log-probs, the gap, truncated importance sampling).
+
+The real-model tests run the bundled SmolLM2 in both engines; the trainer-level tests use the tiny random
+policy of `test_trainer_resume.py` and a stand-in for the llama.cpp engine that records every sync."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from agentflow.config import LlamaCppEngineConfig, TransformersEngineConfig
+from agentflow.engines.base import Completion, Engine, SamplingParams
+from agentflow.engines.hf import TransformersEngine
+from agentflow.train.config import TrainConfig
+from agentflow.train.engine_rollout import LlamaCppPolicyEngine, StalePolicyError
+from agentflow.train.rollout import TurnRow
+from agentflow.train.trainer import Trainer
+from agentflow.train.update import PolicyUpdater, UpdateBatch, unmask_disagreeing_rows
+from tests.train import test_trainer_resume as tiny
+
+SCHEMA = {"type": "object", "properties": {"tool_name": {"enum": ["python", "wikipedia_search", "answer"]},
+                                           "sub_goal": {"type": "string", "maxLength": 40}},
+          "required": ["tool_name", "sub_goal"], "additionalProperties": False}
+QUESTIONS = ["What is 4821 * 37?", "What is the atomic number of neon?", "Who wrote Hamlet?",
+             "What is the square root of 1764?"]
+
+
+def messages(question: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": "Pick the tool for the question. Reply in JSON."},
+            {"role": "user", "content": question}]
+
+
+# -- the real model in both engines ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """The bundled model with a random LoRA adapter (as after some training), in transformers and llama.cpp."""
+    from peft import LoraConfig, get_peft_model
+
+    from agentflow.bundled import bundled_model_path
+    from agentflow.engines.hf import load_policy
+    from agentflow.train.export import converted_gguf
+
+    torch.manual_seed(0)
+    model, tokenizer = load_policy(TransformersEngineConfig(), trainable=True)
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj",
+                                                                                 "o_proj", "up_proj"],
+                                             task_type="CAUSAL_LM"))
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.01)
+    model.eval()
+    trainer_engine = TransformersEngine(TransformersEngineConfig(max_batch_size=8), model=model, tokenizer=tokenizer)
+    engine = LlamaCppPolicyEngine(
+        LlamaCppEngineConfig(model_path=str(converted_gguf(bundled_model_path(), "f16")), n_parallel=4,
+                             n_threads=1, n_ctx=4096),
+        trainer_engine=trainer_engine, work_dir=tmp_path_factory.mktemp("rollout_engine"))
+    engine.sync(model, 1)
+    yield model, trainer_engine, engine
+    asyncio.run(engine.aclose())
+
+
+def generate_all(engine: Engine, sampling: SamplingParams, schema: dict[str, Any] | None = SCHEMA
+                 ) -> list[Completion]:
+    async def run() -> list[Completion]:
+        return list(await asyncio.gather(*(engine.generate(messages(q), sampling, json_schema=schema)
+                                           for q in QUESTIONS)))
+
+    return asyncio.run(run())
+
+
+@pytest.mark.slow
+def test_the_same_adapter_gives_the_same_greedy_replies_in_both_engines(real: Any) -> None:
+    _, trainer_engine, engine = real
+    greedy = SamplingParams(temperature=0.0, max_tokens=40)
+    for schema in (SCHEMA, None):
+        ours = [c.text for c in generate_all(engine, greedy, schema)]
+        theirs = [c.text for c in generate_all(trainer_engine, greedy, schema)]
+        assert ours == theirs
+
+
+@pytest.mark.slow
+def test_the_engines_log_probs_match_the_trainers_recomputation(real: Any) -> None:
+    """Documented tolerance (docs/training.md): F16 base + F32 adapter vs the float32 trainer, raw log-probs
+    of the same ids within 0.02 nats on average and 0.25 at most."""
+    from agentflow.train.logprobs import pack_rows, response_logprobs
+
+    model, trainer_engine, engine = real
+    completions = generate_all(engine, SamplingParams(temperature=1.0, max_tokens=48))
+    rows = []
+    for c in completions:
+        assert c.prompt_token_ids and c.token_ids and c.logprobs
+        json.loads(c.text)  # the grammar held: valid JSON, in the layout the trainer's masks replay
+        allowed = trainer_engine.allowed_tokens(SCHEMA, c.token_ids)
+        assert all(bool(allowed[i, t]) for i, t in enumerate(c.token_ids))
+        rows.append(TurnRow(0, c.prompt_token_ids, c.token_ids, c.logprobs, allowed=allowed))
+    packed = pack_rows(rows, pad_id=trainer_engine.tokenizer.pad_token_id, allowed=[r.allowed for r in rows],
+                       vocab_size=model.get_output_embeddings().weight.shape[0])
+    with torch.no_grad():
+        _, _, raw = response_logprobs(model, packed, with_raw=True)
+    assert raw is not None
+    gaps = []
+    for j, row in enumerate(rows):
+        delta = raw[j, raw.shape[1] - len(row.response_ids):] - torch.tensor(row.old_logprobs)
+        gaps.append(delta[~torch.isnan(delta)].abs())
+    gap = torch.cat(gaps)
+    assert gap.numel() > 40
+    assert float(gap.mean()) < 0.02 and float(gap.max()) < 0.25
+
+
+@pytest.mark.slow
+def test_an_adapter_trained_one_step_changes_what_the_engine_samples(real: Any, tmp_path: Path) -> None:
+    model, trainer_engine, engine = real
+    greedy = SamplingParams(temperature=0.0, max_tokens=24)
+    before = [c.text for c in generate_all(engine, greedy)]
+    target = '{"tool_name": "answer", "sub_goal": "done"}'
+    tokenizer = trainer_engine.tokenizer
+    saved = {k: v.clone() for k, v in model.state_dict().items() if "lora_" in k}
+    optimizer = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=0.02)
+    model.train()
+    loss = torch.zeros(())
+    for question in QUESTIONS:  # one optimiser step: raise the likelihood of one reply to every question
+        prompt = engine.prompt_ids(messages(question))
+        reply = tokenizer(target, add_special_tokens=False)["input_ids"]
+        ids = torch.tensor([prompt + reply])
+        logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1]
+        loss = loss - torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(reply)[:, None]).sum()
+    loss.backward()
+    optimizer.step()
+    model.eval()
+    try:
+        assert [c.text for c in generate_all(engine, greedy)] == before  # not synced yet: the old adapter
+        report = engine.sync(model, 2)
+        assert report["sync/bytes"] > 0 and report["sync/seconds"] > 0
+        after = [c.text for c in generate_all(engine, greedy)]
+        assert after != before
+        assert sum('"answer"' in text for text in after) > sum('"answer"' in text for text in before)
+    finally:
+        with torch.no_grad():
+            for name, value in model.state_dict().items():
+                if name in saved:
+                    value.copy_(saved[name])
+        engine.sync(model, 3)
+
+
+@pytest.mark.slow
+def test_a_failed_sync_leaves_an_engine_that_refuses_to_sample(real: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    model, trainer_engine, engine = real
+
+    def gone() -> None:
+        raise RuntimeError("llama.cpp is gone")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(engine, "reload", gone)
+        with pytest.raises(RuntimeError, match="gone"):
+            engine.sync(model, 4)
+    with pytest.raises(StalePolicyError, match="sync of weights version 4 failed"):
+        generate_all(engine, SamplingParams(temperature=0.0, max_tokens=8))
+    engine.sync(model, 5)
+    assert generate_all(engine, SamplingParams(temperature=0.0, max_tokens=8))
+
+
+# -- the update's side: recomputed old log-probs, the gap, TIS ---------------------------------------------
+
+
+def updater(tis: bool | None = None, cap: float = 2.0) -> tuple[PolicyUpdater, TransformersEngine]:
+    engine = tiny.policy()
+    config = TrainConfig.from_dict({"rollout_engine": {"kind": "llamacpp", "tis": tis, "tis_cap": cap},
+                                    "kl_coef": 0.0})
+    model = engine.model
+    return PolicyUpdater(config, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.0), policy=engine,
+                         pad_id=engine.tokenizer.pad_token_id, ref_model=None, chunked_head=False), engine
+
+
+def engine_row(engine: TransformersEngine, offsets: list[float]) -> TurnRow:
+    """A row whose 'engine' log-probs are the trainer's raw ones minus `offsets` (NaN: unknown)."""
+    prompt = engine.tokenizer("abc", add_special_tokens=False)["input_ids"]
+    response = engine.tokenizer("xyz!"[:len(offsets)], add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logits = engine.model(input_ids=torch.tensor([prompt + response])).logits[0, len(prompt) - 1:-1]
+    raw = torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(response)[:, None]).squeeze(1)
+    recorded = [math.nan if math.isnan(o) else float(r) - o for r, o in zip(raw.tolist(), offsets, strict=True)]
+    return TurnRow(0, prompt, response, list(recorded), engine_logprobs=list(recorded))
+
+
+def test_engine_rows_get_the_trainers_old_log_probs_and_truncated_weights() -> None:
+    update, engine = updater(cap=2.0)
+    row = engine_row(engine, [0.1, -0.3, 1.5, math.nan])
+    metrics = update.engine_rows([row], temperature=1.0)
+    # old log-probs are the trainer's own (ratio 1 at the first update), not the engine's
+    assert row.engine_logprobs is not None
+    expected = [e + o for e, o in zip(row.engine_logprobs[:3], [0.1, -0.3, 1.5], strict=True)]
+    assert row.old_logprobs[:3] == pytest.approx(expected, abs=1e-5)
+    assert math.isfinite(row.old_logprobs[3])
+    assert row.tis_weights == pytest.approx([math.exp(0.1), math.exp(-0.3), 2.0, 1.0], abs=1e-5)
+    assert metrics["logprob_gap/mean"] == pytest.approx((0.1 + 0.3 + 1.5) / 3, abs=1e-5)
+    assert metrics["logprob_gap/max"] == pytest.approx(1.5, abs=1e-5)
+    assert metrics["logprob_gap/share_over"] == pytest.approx(2 / 3)
+    assert metrics["tis/truncated_share"] == pytest.approx(1 / 3)
+    assert metrics["logprob_gap/after_tis_mean"] == pytest.approx((1.5 - math.log(2.0)) / 3, abs=1e-5)
+
+
+def test_without_tis_every_weight_is_one_and_the_gap_stays() -> None:
+    update, engine = updater(tis=False)
+    row = engine_row(engine, [0.4, -0.4, 0.0])
+    metrics = update.engine_rows([row], temperature=1.0)
+    assert row.tis_weights == [1.0, 1.0, 1.0]
+    assert metrics["logprob_gap/after_tis_mean"] == pytest.approx(metrics["logprob_gap/mean"], abs=1e-6)
+
+
+def test_a_token_the_trainers_mask_forbids_unmasks_its_row() -> None:
+    update, engine = updater()
+    rows = [engine_row(engine, [0.0, 0.0]), engine_row(engine, [0.0, 0.0])]
+    for row in rows:
+        row.allowed = torch.ones((2, engine.model.get_output_embeddings().weight.shape[0]), dtype=torch.bool)
+    rows[1].allowed[1, rows[1].response_ids[1]] = False  # the engine's grammar let through what the trainer's did not
+    assert unmask_disagreeing_rows(rows) == 1
+    assert rows[0].allowed is not None and rows[1].allowed is None
+    update.engine_rows(rows, temperature=1.0)
+    assert all(math.isfinite(v) for row in rows for v in row.old_logprobs)
+
+
+def test_a_single_step_update_takes_its_old_log_probs_from_its_own_forward_pass() -> None:
+    """ppo_epochs 1, one mini-batch: no separate pass (seconds/old_logprobs absent), the same gap and weights."""
+    results = {}
+    for epochs in (1, 2):
+        update, engine = updater()
+        update.config = update.config.model_copy(update={"ppo_epochs": epochs})
+        rows = [engine_row(engine, [0.2, -0.1, 3.0]), engine_row(engine, [0.0, 0.3])]
+        batch = UpdateBatch(rows=rows, advantages=torch.tensor([1.0, -1.0]), row_group=["q", "q"],
+                            trajectories={"q": 2})
+        results[epochs] = (update.grpo(batch, temperature=1.0, step=1), [r.tis_weights for r in rows])
+    (fused, fused_weights), (separate, separate_weights) = results[1], results[2]
+    assert "seconds/old_logprobs" not in fused and "seconds/old_logprobs" in separate
+    for key in ("logprob_gap/mean", "logprob_gap/max", "tis/truncated_share", "logprob_gap/after_tis_mean"):
+        assert fused[key] == pytest.approx(separate[key], abs=1e-5)
+    assert fused["tis/truncated_share"] == pytest.approx(1 / 5)
+    assert fused_weights == separate_weights
+
+
+def test_token_weights_scale_each_tokens_policy_gradient() -> None:
+    from agentflow.train.losses import clipped_surrogate_loss
+
+    logprobs = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    common = {"old_logprobs": torch.tensor([[-1.0, -2.0]]), "advantages": torch.tensor([1.0]),
+              "mask": torch.ones((1, 2)), "weights": torch.tensor([1.0])}
+    clipped_surrogate_loss(logprobs=logprobs, token_weights=torch.tensor([[0.5, 2.0]]), **common).loss.backward()
+    assert logprobs.grad is not None
+    assert logprobs.grad[0].tolist() == pytest.approx([-0.5, -2.0])
+
+
+# -- the trainer: a sync before every rollout, and after a resume ------------------------------------------
+
+
+class RecordingEngine(Engine):
+    """Stands in for LlamaCppPolicyEngine: samples with the trainer's engine, but only from synced weights."""
+
+    supports_json_schema = True
+
+    def __init__(self, trainer_engine: TransformersEngine, syncs: list[tuple[int, float]]) -> None:
+        self.trainer_engine = trainer_engine
+        self.weights_version: int | None = None
+        self.stale: str | None = None
+        self.syncs = syncs
+        self.fingerprint: float | None = None
+
+    def sync(self, model: torch.nn.Module, version: int) -> dict[str, float]:
+        self.weights_version = version
+        self.fingerprint = weights_fingerprint(model)
+        self.syncs.append((version, self.fingerprint))
+        return {"sync/seconds": 0.0, "sync/bytes": 1.0}
+
+    async def generate(self, messages: list[dict[str, str]], sampling: SamplingParams, *,
+                       json_schema: dict[str, Any] | None = None) -> Completion:
+        assert self.weights_version == self.trainer_engine.weights_version, "a rollout on stale weights"
+        assert self.fingerprint == weights_fingerprint(self.trainer_engine.model)
+        return await self.trainer_engine.generate(messages, sampling, json_schema=json_schema)
+
+    def seed_sampling(self, seed: int) -> None:
+        self.trainer_engine.seed_sampling(seed)
+
+    def sampling_state(self) -> dict[str, torch.Tensor]:
+        return self.trainer_engine.sampling_state()
+
+    def load_sampling_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.trainer_engine.load_sampling_state(state)
+
+
+def weights_fingerprint(model: torch.nn.Module) -> float:
+    return float(sum(p.detach().double().sum() for p in model.parameters()))
+
+
+def engine_config(tmp_path: Path, run: str, steps: int) -> TrainConfig:
+    raw = tiny.config(tmp_path, run, steps).model_dump()
+    raw.update(lora={"enabled": True}, rollout_engine={"kind": "llamacpp"})  # (the given policy trains whole)
+    return TrainConfig.from_dict(raw)
+
+
+def test_the_trainer_syncs_before_each_rollout_and_again_after_a_resume(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    syncs: list[tuple[int, float]] = []
+    monkeypatch.setattr(Trainer, "_llamacpp_policy", lambda self, policy: RecordingEngine(policy, syncs))
+    Trainer(engine_config(tmp_path, "cut", 2), engines={"policy": tiny.policy(), "helper": tiny.helper()}).run()
+    # before step 1 (untrained), before step 2 (one update), before the final evaluation (two updates)
+    assert [version for version, _ in syncs] == [0, 1, 2]
+    assert len({fingerprint for _, fingerprint in syncs}) == 3
+    metrics = [json.loads(line) for line in (tmp_path / "cut" / "metrics.jsonl").read_text().splitlines()]
+    assert any("logprob_gap/mean" in m for m in metrics)  # the update measured the engine's gap
+    first_run = len(syncs)
+
+    Trainer(engine_config(tmp_path, "cut", 3), engines={"policy": tiny.policy(), "helper": tiny.helper()}
+            ).run(resume=True)
+    resumed = syncs[first_run:]
+    # before its first rollout the resumed run loads the checkpoint's weights (two updates) into the engine;
+    # every rollout checked that the engine held the trainer's current weights
+    assert resumed and resumed[0][1] == pytest.approx(syncs[first_run - 1][1])
