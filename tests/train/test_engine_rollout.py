@@ -18,6 +18,7 @@ import torch
 from agentflow.config import LlamaCppEngineConfig, TransformersEngineConfig
 from agentflow.engines.base import Completion, Engine, SamplingParams
 from agentflow.engines.hf import TransformersEngine
+from agentflow.errors import EngineUnavailableError
 from agentflow.train.config import TrainConfig
 from agentflow.train.engine_rollout import LlamaCppPolicyEngine, StalePolicyError
 from agentflow.train.rollout import TurnRow
@@ -323,3 +324,133 @@ def test_the_trainer_syncs_before_each_rollout_and_again_after_a_resume(tmp_path
     # before its first rollout the resumed run loads the checkpoint's weights (two updates) into the engine;
     # every rollout checked that the engine held the trainer's current weights
     assert resumed and resumed[0][1] == pytest.approx(syncs[first_run - 1][1])
+
+
+# -- vLLM: the protocol against a fake server ----------------------------------------------------------------
+
+
+class FakeVLLM:
+    """A stand-in for `vllm serve --enable-lora` with runtime LoRA updating: records what it is sent and answers
+    as vLLM's OpenAI-compatible API does (token ids as `token_id:N` with `return_tokens_as_token_ids`)."""
+
+    def __init__(self, reply_ids: list[int]) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.loaded: set[str] = set()
+        self.fail_load = False
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.requests.append((self.path, body))
+                status, answer = fake.answer(self.path, body)
+                data = json.dumps(answer).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.reply_ids = reply_ids
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def answer(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
+        if path == "/v1/load_lora_adapter":
+            if self.fail_load or not (Path(body["lora_path"]) / "adapter_config.json").is_file():
+                return 500, {"error": "could not load the adapter"}
+            self.loaded.add(body["lora_name"])
+            return 200, "Success"
+        if path == "/v1/unload_lora_adapter":
+            self.loaded.discard(body["lora_name"])
+            return 200, "Success"
+        if path == "/v1/completions":
+            if body["model"] not in self.loaded:
+                return 404, {"error": f"The model `{body['model']}` does not exist."}
+            return 200, {"choices": [{"text": "", "finish_reason": "stop", "logprobs": {
+                "tokens": [f"token_id:{i}" for i in self.reply_ids],
+                "token_logprobs": [-0.5] * len(self.reply_ids)}}]}
+        return 404, {"error": "no route"}
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_the_vllm_engine_speaks_vllms_protocol(tmp_path: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+
+    from agentflow.train.engine_rollout import VLLMPolicyEngine
+
+    trainer_engine = tiny.policy()
+    model = get_peft_model(trainer_engine.model, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
+    reply = trainer_engine.tokenizer('{"tool_name": "python"}', add_special_tokens=False)["input_ids"]
+    fake = FakeVLLM(reply)
+    engine = VLLMPolicyEngine(base_url=fake.url, trainer_engine=trainer_engine, adapter_dir=tmp_path)
+    engine.seed_sampling(3)
+    sampling = SamplingParams(temperature=1.0, max_tokens=16)
+    try:
+        with pytest.raises(StalePolicyError, match="never synced"):
+            asyncio.run(engine.generate(messages("q"), sampling))
+        report = engine.sync(model, 1)
+        assert report["sync/bytes"] > 0
+        assert fake.requests[-1][0] == "/v1/load_lora_adapter"
+        assert fake.requests[-1][1]["lora_name"] == "agentflow-policy-v1"
+
+        completion = asyncio.run(engine.generate(messages("What is 2 + 2?"), sampling, json_schema=SCHEMA))
+        path, body = fake.requests[-1]
+        assert path == "/v1/completions" and body["model"] == "agentflow-policy-v1"
+        assert body["prompt"] == engine.prompt_ids(messages("What is 2 + 2?"))  # token ids, not text
+        assert body["logprobs"] == 1 and body["return_tokens_as_token_ids"] is True
+        assert isinstance(body["seed"], int) and body["temperature"] == 1.0 and body["top_p"] == 1.0
+        assert body["structured_outputs"]["json"]["x-guidance"]["whitespace_flexible"] is False
+        assert completion.prompt_token_ids == body["prompt"]
+        eos = trainer_engine.tokenizer.eos_token_id
+        assert completion.token_ids == reply + [eos]  # vLLM stopped at the end of sequence without returning it
+        assert completion.logprobs is not None and completion.logprobs[:-1] == [-0.5] * len(reply)
+        assert math.isnan(completion.logprobs[-1])
+        assert completion.text == '{"tool_name": "python"}'
+
+        engine.sync(model, 2)  # the next version is loaded, the previous one unloaded
+        assert [(p, b["lora_name"]) for p, b in fake.requests[-2:]] == [
+            ("/v1/load_lora_adapter", "agentflow-policy-v2"), ("/v1/unload_lora_adapter", "agentflow-policy-v1")]
+        asyncio.run(engine.generate(messages("q"), sampling))
+        assert fake.requests[-1][1]["model"] == "agentflow-policy-v2"
+
+        fake.fail_load = True  # a failed load: the engine refuses to sample until a sync succeeds
+        with pytest.raises(EngineUnavailableError, match="500"):
+            engine.sync(model, 3)
+        with pytest.raises(StalePolicyError, match="version 3 failed"):
+            asyncio.run(engine.generate(messages("q"), sampling))
+        fake.fail_load = False
+        engine.sync(model, 4)
+        assert asyncio.run(engine.generate(messages("q"), sampling)).token_ids
+    finally:
+        asyncio.run(engine.aclose())
+        fake.close()
+
+    import httpx
+
+    gone = VLLMPolicyEngine(base_url=fake.url, trainer_engine=trainer_engine, adapter_dir=tmp_path)
+    with pytest.raises(httpx.ConnectError):  # the server is gone
+        gone.sync(model, 5)
+    with pytest.raises(StalePolicyError):
+        asyncio.run(gone.generate(messages("q"), sampling))
+
+
+def test_a_rollout_engine_that_syncs_adapters_is_refused_without_lora_or_an_address() -> None:
+    from agentflow.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="needs lora.enabled"):
+        TrainConfig.from_dict({"rollout_engine": {"kind": "llamacpp"}, "lora": {"enabled": False}})
+    with pytest.raises(ConfigError, match="needs base_url"):
+        TrainConfig.from_dict({"rollout_engine": {"kind": "vllm"}})
+    assert TrainConfig.from_dict({"rollout_engine": {"kind": "llamacpp"}}).rollout_engine.tis_enabled
+    assert not TrainConfig.from_dict({}).rollout_engine.tis_enabled

@@ -53,10 +53,16 @@ class LoraSettings(_Strict):
 class RolloutEngineSettings(_Strict):
     """Where the planner's rollouts are sampled (`rollout_engine.*`)."""
 
-    kind: Literal["transformers", "llamacpp"] = Field(
+    kind: Literal["transformers", "llamacpp", "vllm"] = Field(
         "transformers", description="transformers: the trainer's own model samples (exact log-probs, slow); "
         "llamacpp: llama.cpp over an F16 copy of the base with the trainer's LoRA adapter, re-synced after every "
-        "optimiser step (needs LoRA and a llama-architecture GGUF base, such as the bundled model).")
+        "optimiser step (needs LoRA and a llama-architecture GGUF base, such as the bundled model); vllm: a vLLM "
+        "server at base_url that loads the adapter at runtime after every step (needs LoRA).")
+    base_url: str | None = Field(None, description="vllm: the server's OpenAI-compatible address, e.g. "
+                                 "http://gpu-host:8000/v1.")
+    api_key_env: str | None = Field(None, description="vllm: environment variable holding the server's API key.")
+    adapter_dir: str | None = Field(None, description="vllm: a folder the server can read, where each step's "
+                                    "adapter is saved; default: the run directory's rollout_engine/.")
     n_parallel: int = Field(8, ge=1, description="llamacpp: requests decoded together (llama.cpp slots).")
     n_threads: int | None = Field(None, ge=1, description="llamacpp: CPU threads; default: half the cores, at "
                                   "most 4.")
@@ -218,9 +224,12 @@ class TrainConfig(_Strict):
             raise ValueError(f"the planner's top_p is {sampling.top_p}: training needs top_p = 1 (the trainer "
                              "recomputes log-probs of the full tempered distribution; a nucleus would make them "
                              "disagree with what the rollout sampled)")
-        if self.rollout_engine.kind == "llamacpp" and self.algorithm == "grpo" and not self.lora.enabled:
-            raise ValueError("rollout_engine kind 'llamacpp' syncs the LoRA adapter after each step: it needs "
+        kind = self.rollout_engine.kind
+        if kind != "transformers" and self.algorithm == "grpo" and not self.lora.enabled:
+            raise ValueError(f"rollout_engine kind {kind!r} syncs the LoRA adapter after each step: it needs "
                              "lora.enabled (full fine-tuning rolls out on kind 'transformers')")
+        if kind == "vllm" and not self.rollout_engine.base_url:
+            raise ValueError("rollout_engine kind 'vllm' needs base_url (the vLLM server's /v1 address)")
         if self.algorithm == "sft" and self.teacher is None:
             raise ValueError("algorithm 'sft' needs a `teacher` engine")
         from agentflow.train.advantages import ADVANTAGE_ESTIMATORS

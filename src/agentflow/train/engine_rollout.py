@@ -41,10 +41,11 @@ from typing import Any
 
 import torch
 
+from agentflow.clock import waiting_for_capacity
 from agentflow.config import LlamaCppEngineConfig
-from agentflow.engines.base import Completion, Message, SamplingParams
+from agentflow.engines.base import Completion, Engine, Message, SamplingParams
 from agentflow.engines.constrained import COMPACT_JSON
-from agentflow.engines.hf import TransformersEngine, _stop_string_end
+from agentflow.engines.hf import TransformersEngine, _cut_at_stop, _stop_string_end
 from agentflow.engines.llamacpp import NEUTRAL_SAMPLER, LlamaCppEngine, parse_completion_error
 from agentflow.errors import EngineContextOverflowError, EngineResponseError, EngineUnavailableError
 from agentflow.train.policy import is_planner_call
@@ -64,7 +65,95 @@ def llguidance_grammar(schema: dict[str, Any]) -> str:
     return "%llguidance {}\nstart: %json " + json.dumps({**schema, "x-guidance": COMPACT_JSON})
 
 
-class LlamaCppPolicyEngine(LlamaCppEngine):
+class PolicyRollout:
+    """What every rollout engine of the trainable policy shares: the trainer's tokenizer for the prompt ids, the
+    weights version it holds and its refusal to sample from any other, the seed stream, and the reply's
+    token ids and raw log-probs turned into a Completion."""
+
+    model_name: str
+
+    def _init_policy(self, trainer_engine: TransformersEngine) -> None:
+        self.trainer_engine = trainer_engine
+        self.supports_json_schema = trainer_engine.supports_json_schema
+        self.weights_version: int | None = None
+        """The trainer's weights version the engine samples from (None: not synced yet)."""
+        self.stale: str | None = None
+        self._inflight = 0
+        self._seed_base = 0
+        self._seed_counter = 0
+        self._tokenizer = trainer_engine.tokenizer
+        self._eos_ids = trainer_engine._eos_ids()
+        self._special_ids = set(self._tokenizer.all_special_ids)
+
+    def _failed_sync(self, version: int, err: Exception) -> None:
+        self.stale = f"the sync of weights version {version} failed: {type(err).__name__}: {err}"
+
+    def _synced(self, version: int) -> None:
+        self.stale = None
+        self.weights_version = version
+
+    def _check_synced(self) -> None:
+        if self.stale is not None:
+            raise StalePolicyError(f"the policy engine refuses to sample: {self.stale}")
+        if self.weights_version is None:
+            raise StalePolicyError("the policy engine was never synced with the trainer's weights")
+
+    def _check_idle(self) -> None:
+        if self._inflight:
+            raise RuntimeError(f"sync with {self._inflight} requests in flight: rollouts must not overlap a sync")
+
+    # -- the sampling stream -------------------------------------------------------------------------------
+
+    def seed_sampling(self, seed: int) -> None:
+        self._seed_base, self._seed_counter = seed, 0
+
+    def sampling_state(self) -> dict[str, torch.Tensor]:
+        return {"engine_seed_stream": torch.tensor([self._seed_base, self._seed_counter], dtype=torch.int64)}
+
+    def load_sampling_state(self, state: dict[str, torch.Tensor]) -> None:
+        if "engine_seed_stream" not in state:
+            raise ValueError("the checkpoint's sampling stream is the transformers engine's, not a rollout "
+                             "engine's: resume with the rollout_engine the run was started with")
+        self._seed_base, self._seed_counter = (int(v) for v in state["engine_seed_stream"].tolist())
+
+    def _seed(self, sampling: SamplingParams) -> int:
+        if sampling.seed is not None:
+            return sampling.seed
+        digest = hashlib.sha256(f"{self._seed_base}/{self._seed_counter}".encode()).digest()
+        self._seed_counter += 1
+        return int.from_bytes(digest[:4], "little")
+
+    # -- prompts and replies -------------------------------------------------------------------------------
+
+    def prompt_ids(self, messages: list[Message]) -> list[int]:
+        text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        return list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _reply(self, messages: list[Message], prompt: list[int], ids: list[int], logprobs: list[float],
+               finish: str, sampling: SamplingParams, seconds: float) -> Completion:
+        """The Completion of a reply given as sampled ids and their raw log-probs; `finish` 'length' or 'stop'."""
+        end = _stop_string_end(self._tokenizer, ids, sampling.stop, set(self._eos_ids)) if sampling.stop else None
+        if end is not None:
+            ids, logprobs = ids[:end], logprobs[:end]
+        elif finish == "stop" and (not ids or ids[-1] not in self._eos_ids):
+            # the engine stopped at an end-of-generation token, returned or not: llama.cpp's grammar ends with
+            # <|endoftext|> where the chat template (and the trainer's masks) end with <|im_end|>; either ends
+            # the reply, and the row records the trainer's, with an unknown engine log-prob
+            if ids and ids[-1] in self._special_ids:
+                ids, logprobs = ids[:-1], logprobs[:-1]
+            ids, logprobs = ids + [self._eos_ids[0]], logprobs + [math.nan]
+        text = self._tokenizer.decode(ids, skip_special_tokens=True)
+        if end is not None:
+            text = _cut_at_stop(text, sampling.stop)
+        prefix = getattr(self.trainer_engine, "prefix", None)
+        if prefix and is_planner_call(messages):
+            text = prefix + text
+        return Completion(text=text, finish_reason=finish, model=self.model_name, prompt_tokens=len(prompt),
+                          completion_tokens=len(ids), seconds=seconds, prompt_token_ids=prompt, token_ids=ids,
+                          logprobs=logprobs)
+
+
+class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
     """The policy's rollout engine: llama.cpp over an F16 base with the trainer's current LoRA adapter.
 
     `trainer_engine` is the trainer's TransformersEngine (its tokenizer builds every prompt; a planner prefix,
@@ -73,22 +162,9 @@ class LlamaCppPolicyEngine(LlamaCppEngine):
 
     def __init__(self, config: LlamaCppEngineConfig, *, trainer_engine: TransformersEngine, work_dir: Path) -> None:
         super().__init__(config)
-        self.trainer_engine = trainer_engine
-        self.supports_json_schema = trainer_engine.supports_json_schema
+        self._init_policy(trainer_engine)
         self.work_dir = work_dir
-        self.weights_version: int | None = None
-        """The trainer's weights version the engine samples from (None: not synced yet)."""
-        self.stale: str | None = None
-        self._inflight = 0
-        self._seed_base = 0
-        self._seed_counter = 0
-        tokenizer = trainer_engine.tokenizer
-        self._tokenizer = tokenizer
-        self._eos_ids = trainer_engine._eos_ids()
-        self._special_ids = set(tokenizer.all_special_ids)
         self._n_ctx_slot = config.n_ctx // config.n_parallel
-
-    # -- the adapter ---------------------------------------------------------------------------------------
 
     def sync(self, model: torch.nn.Module, version: int) -> dict[str, float]:
         """Load the adapter of `model` (the trainer's weights `version`) into llama.cpp; returns seconds and
@@ -96,8 +172,7 @@ class LlamaCppPolicyEngine(LlamaCppEngine):
         is raised."""
         from agentflow.train.export import write_lora_gguf
 
-        if self._inflight:
-            raise RuntimeError(f"sync with {self._inflight} requests in flight: rollouts must not overlap a sync")
+        self._check_idle()
         started = time.perf_counter()
         self.work_dir.mkdir(parents=True, exist_ok=True)
         target = self.work_dir / f"adapter-{version:06d}.gguf"
@@ -110,47 +185,22 @@ class LlamaCppPolicyEngine(LlamaCppEngine):
             self.reload()
         except Exception as err:
             staging.unlink(missing_ok=True)
-            self.stale = f"the sync of weights version {version} failed: {type(err).__name__}: {err}"
+            self._failed_sync(version, err)
             raise
         if previous is not None and previous != target:
             previous.unlink(missing_ok=True)
-        self.stale = None
-        self.weights_version = version
+        self._synced(version)
         seconds = time.perf_counter() - started
         log.debug("synced weights version %d to llama.cpp in %.2fs (%d bytes)", version, seconds, size)
         return {"sync/seconds": seconds, "sync/write_seconds": written, "sync/load_seconds": seconds - written,
                 "sync/bytes": float(size)}
-
-    # -- the sampling stream -------------------------------------------------------------------------------
-
-    def seed_sampling(self, seed: int) -> None:
-        self._seed_base, self._seed_counter = seed, 0
-
-    def sampling_state(self) -> dict[str, torch.Tensor]:
-        return {"llamacpp_seed_stream": torch.tensor([self._seed_base, self._seed_counter], dtype=torch.int64)}
-
-    def load_sampling_state(self, state: dict[str, torch.Tensor]) -> None:
-        if "llamacpp_seed_stream" not in state:
-            raise ValueError("the checkpoint's sampling stream is the transformers engine's, not llama.cpp's")
-        self._seed_base, self._seed_counter = (int(v) for v in state["llamacpp_seed_stream"].tolist())
-
-    def _next_seed(self) -> int:
-        digest = hashlib.sha256(f"{self._seed_base}/{self._seed_counter}".encode()).digest()
-        self._seed_counter += 1
-        return int.from_bytes(digest[:4], "little")
-
-    # -- generation ----------------------------------------------------------------------------------------
-
-    def prompt_ids(self, messages: list[Message]) -> list[int]:
-        text = self._tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def completion_body(self, prompt: list[int], sampling: SamplingParams,
                         json_schema: dict[str, Any] | None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "prompt": prompt, "n_predict": sampling.max_tokens, "temperature": sampling.temperature,
             "top_p": sampling.top_p, **NEUTRAL_SAMPLER, "n_probs": 1, "post_sampling_probs": False,
-            "cache_prompt": True, "seed": sampling.seed if sampling.seed is not None else self._next_seed(),
+            "cache_prompt": True, "seed": self._seed(sampling),
         }
         if json_schema is not None:
             body["grammar"] = llguidance_grammar(json_schema)
@@ -162,10 +212,7 @@ class LlamaCppPolicyEngine(LlamaCppEngine):
 
     async def generate(self, messages: list[Message], sampling: SamplingParams, *,
                        json_schema: dict[str, Any] | None = None) -> Completion:
-        if self.stale is not None:
-            raise StalePolicyError(f"the policy engine refuses to sample: {self.stale}")
-        if self.weights_version is None:
-            raise StalePolicyError("the policy engine was never synced with the trainer's weights")
+        self._check_synced()
         schema = json_schema if self.supports_json_schema else None
         prompt = self.prompt_ids(messages)
         if len(prompt) + sampling.max_tokens > self._n_ctx_slot:
@@ -174,8 +221,6 @@ class LlamaCppPolicyEngine(LlamaCppEngine):
                 f"context ({self._n_ctx_slot} = n_ctx / n_parallel)")
         body = self.completion_body(prompt, sampling, schema)
         slots = self._capacity()
-        from agentflow.clock import waiting_for_capacity
-
         with waiting_for_capacity():
             await slots.acquire()
         self._inflight += 1
@@ -185,13 +230,6 @@ class LlamaCppPolicyEngine(LlamaCppEngine):
         finally:
             self._inflight -= 1
             slots.release()
-        completion = self._completion(response, prompt, sampling, time.perf_counter() - started)
-        prefix = getattr(self.trainer_engine, "prefix", None)
-        if prefix and is_planner_call(messages):
-            completion = completion.model_copy(update={"text": prefix + completion.text})
-        return completion
-
-    def _completion(self, response: Any, prompt: list[int], sampling: SamplingParams, seconds: float) -> Completion:
         parse_completion_error(response)
         try:
             choice = response["choices"][0]
@@ -201,27 +239,136 @@ class LlamaCppPolicyEngine(LlamaCppEngine):
         except (KeyError, IndexError, TypeError, ValueError) as err:
             raise EngineResponseError(f"llama.cpp completion without token ids / log-probs: {err}") from err
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
-        end = _stop_string_end(self._tokenizer, ids, sampling.stop, set(self._eos_ids)) if sampling.stop else None
-        if end is not None:
-            ids, logprobs = ids[:end], logprobs[:end]
-        elif finish == "stop" and (not ids or ids[-1] not in self._eos_ids):
-            # llama.cpp stopped at an end-of-generation token: its grammar ends with <|endoftext|> where the
-            # chat template (and the trainer's masks) end with <|im_end|>; either ends the reply, and the row
-            # records the trainer's, with an unknown engine log-prob
-            if ids and ids[-1] in self._special_ids:
-                ids, logprobs = ids[:-1], logprobs[:-1]
-            ids, logprobs = ids + [self._eos_ids[0]], logprobs + [math.nan]
-        text = self._tokenizer.decode(ids, skip_special_tokens=True)
-        if end is not None:
-            from agentflow.engines.hf import _cut_at_stop
-
-            text = _cut_at_stop(text, sampling.stop)
-        return Completion(text=text, finish_reason=finish, model=self.model_name, prompt_tokens=len(prompt),
-                          completion_tokens=len(ids), seconds=seconds, prompt_token_ids=prompt, token_ids=ids,
-                          logprobs=logprobs)
+        return self._reply(messages, prompt, ids, logprobs, finish, sampling, time.perf_counter() - started)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "engine": "llamacpp-policy", "adapter": str(self.lora_path),
                 "weights_version": self.weights_version,
                 "logprobs": "raw model log-probs (temperature 1, no grammar mask) of the sampled tokens; the "
+                            "trainer corrects the gap (truncated importance sampling)"}
+
+
+class VLLMPolicyEngine(PolicyRollout, Engine):
+    """The policy's rollout engine on a vLLM server (a GPU) that loads LoRA adapters at runtime.
+
+    Built against vLLM's documented OpenAI-compatible API (not run here: vLLM needs a GPU and a registry):
+
+    - the server runs the policy's base with LoRA enabled and runtime loading allowed:
+      `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve BASE --enable-lora --max-lora-rank R`, its
+      structured outputs on the guidance (llguidance) backend, so that `x-guidance` sets the JSON layout the
+      trainer's masks replay;
+    - `sync` saves the adapter in PEFT's format under `adapter_dir` (a folder the server can read), loads it
+      with `POST /v1/load_lora_adapter {lora_name, lora_path}` under a name per weights version, and unloads
+      the previous one (`/v1/unload_lora_adapter`);
+    - `generate` sends the prompt as token ids to `POST /v1/completions` with the current adapter's name as
+      the model, `logprobs: 1` and `return_tokens_as_token_ids`, and reads back the sampled ids
+      (`token_id:N`) and their log-probs, which vLLM reports raw (before temperature and processors, its
+      default `logprobs_mode`), the same quantity llama.cpp reports and the trainer's gap compares.
+    """
+
+    def __init__(self, *, base_url: str, trainer_engine: TransformersEngine, adapter_dir: Path,
+                 api_key: str | None = None, timeout_s: float = 600.0, max_concurrency: int = 64) -> None:
+        import httpx
+
+        self._init_policy(trainer_engine)
+        self.base_url = base_url.rstrip("/")
+        self.adapter_dir = adapter_dir
+        self.model_name = "agentflow-policy"
+        self.adapter_name: str | None = None
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._headers = headers
+        self._timeout = httpx.Timeout(timeout_s, connect=10.0)
+        self._client: Any = None
+        self._gate = asyncio.Semaphore(max_concurrency)
+
+    def _post(self, path: str, body: dict[str, Any]) -> None:
+        import httpx
+
+        response = httpx.post(f"{self.base_url}{path}", json=body, headers=self._headers, timeout=self._timeout)
+        if response.status_code >= 400:
+            raise EngineUnavailableError(f"vLLM {path} answered {response.status_code}: {response.text[:500]}")
+
+    def sync(self, model: torch.nn.Module, version: int) -> dict[str, float]:
+        """Save the adapter of `model` and load it into vLLM under a new name; unload the previous one."""
+        import httpx
+
+        self._check_idle()
+        started = time.perf_counter()
+        name = f"agentflow-policy-v{version}"
+        folder = self.adapter_dir / name
+        try:
+            model.save_pretrained(str(folder))
+            size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+            written = time.perf_counter() - started
+            self._post("/load_lora_adapter", {"lora_name": name, "lora_path": str(folder.resolve())})
+        except (httpx.HTTPError, EngineUnavailableError, OSError, ValueError) as err:
+            self._failed_sync(version, err)
+            raise
+        previous, self.adapter_name = self.adapter_name, name
+        self._synced(version)
+        if previous is not None and previous != name:
+            try:
+                self._post("/unload_lora_adapter", {"lora_name": previous})
+            except (httpx.HTTPError, EngineUnavailableError) as err:  # a leftover adapter costs memory, not truth
+                log.warning("vLLM kept the previous adapter %s: %s", previous, err)
+        seconds = time.perf_counter() - started
+        return {"sync/seconds": seconds, "sync/write_seconds": written, "sync/load_seconds": seconds - written,
+                "sync/bytes": float(size)}
+
+    def completion_body(self, prompt: list[int], sampling: SamplingParams,
+                        json_schema: dict[str, Any] | None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self.adapter_name, "prompt": prompt, "max_tokens": sampling.max_tokens,
+            "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": -1, "min_p": 0.0,
+            "repetition_penalty": 1.0, "seed": self._seed(sampling), "logprobs": 1,
+            "return_tokens_as_token_ids": True, "skip_special_tokens": False,
+        }
+        if json_schema is not None:
+            body["structured_outputs"] = {"json": {**json_schema, "x-guidance": COMPACT_JSON}}
+        return body
+
+    async def generate(self, messages: list[Message], sampling: SamplingParams, *,
+                       json_schema: dict[str, Any] | None = None) -> Completion:
+        import httpx
+
+        self._check_synced()
+        prompt = self.prompt_ids(messages)
+        body = self.completion_body(prompt, sampling, json_schema if self.supports_json_schema else None)
+        if self._client is None:
+            self._client = httpx.AsyncClient(headers=self._headers, timeout=self._timeout)
+        started = time.perf_counter()
+        self._inflight += 1
+        try:
+            async with self._gate:
+                response = await self._client.post(f"{self.base_url}/completions", json=body)
+        except httpx.HTTPError as err:
+            raise EngineUnavailableError(f"vLLM at {self.base_url}: {type(err).__name__}: {err}") from err
+        finally:
+            self._inflight -= 1
+        if response.status_code >= 400:
+            from agentflow.engines.llamacpp import _error_for_status
+
+            raise _error_for_status(response.status_code, f"vLLM answered {response.status_code}: "
+                                                           f"{response.text[:500]}")
+        try:
+            choice = response.json()["choices"][0]
+            logprobs = choice["logprobs"]
+            ids = [int(str(token).removeprefix("token_id:")) for token in logprobs["tokens"]]
+            values = [float(v) for v in logprobs["token_logprobs"]]
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            raise EngineResponseError(f"vLLM completion without token ids / log-probs: {err}") from err
+        if len(ids) != len(values):
+            raise EngineResponseError(f"vLLM returned {len(ids)} tokens but {len(values)} log-probs")
+        finish = "length" if choice.get("finish_reason") == "length" else "stop"
+        return self._reply(messages, prompt, ids, values, finish, sampling, time.perf_counter() - started)
+
+    async def aclose(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": "vllm-policy", "base_url": self.base_url, "adapter": self.adapter_name,
+                "weights_version": self.weights_version,
+                "logprobs": "raw model log-probs of the sampled tokens (vLLM's default logprobs_mode); the "
                             "trainer corrects the gap (truncated importance sampling)"}

@@ -134,6 +134,9 @@ class Trainer:
         """The llama.cpp engine the planner samples from (rollout_engine kind llamacpp); None: `policy`."""
         if cfg.rollout_engine.kind == "llamacpp":
             self.rollout_policy = self._llamacpp_policy(policy)
+        elif cfg.rollout_engine.kind == "vllm":
+            self.rollout_policy = self._vllm_policy(policy)
+        if self.rollout_policy is not None:
             self.rollout_policy.seed_sampling(cfg.seed)
 
         engines = {**self.extra_engines, cfg.policy_engine_name: self.rollout_policy or policy}
@@ -188,6 +191,19 @@ class Trainer:
         config = LlamaCppEngineConfig(model_path=str(converted_gguf(base, "f16")), n_parallel=settings.n_parallel,
                                       n_threads=settings.n_threads, n_ctx=settings.n_ctx)
         return LlamaCppPolicyEngine(config, trainer_engine=policy, work_dir=self.out_dir / "rollout_engine")
+
+    def _vllm_policy(self, policy: TransformersEngine) -> Any:
+        """A vLLM server that loads the trainer's adapter at runtime (`engine_rollout.VLLMPolicyEngine`)."""
+        import os
+
+        from agentflow.train.engine_rollout import VLLMPolicyEngine
+
+        settings = self.config.rollout_engine
+        assert settings.base_url is not None
+        adapter_dir = Path(settings.adapter_dir) if settings.adapter_dir else self.out_dir / "rollout_engine"
+        api_key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
+        return VLLMPolicyEngine(base_url=settings.base_url, trainer_engine=policy, adapter_dir=adapter_dir,
+                                api_key=api_key)
 
     def _sync_rollout_policy(self) -> dict[str, Any]:
         """Hand the trainer's current weights to the rollout engine when it holds older ones. A failed sync
