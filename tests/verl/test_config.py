@@ -149,6 +149,7 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"torch_threads": 2}, "torch_threads"),
     ({"export_gguf": True}, "export_gguf"),
     ({"sft_epochs": 3}, "sft_epochs"),
+    ({"rollout_engine": {"kind": "llamacpp"}, "lora": {"enabled": True}}, "rollout_engine"),
     ({"lr_schedule": "linear"}, "linear"),
     ({"advantage_eps": 1e-4}, "advantage_eps"),
     ({"lora": {"dropout": 0.1}}, "dropout"),

@@ -56,6 +56,8 @@ FIELD_ROUTES: dict[str, str] = {
     "temperature": "actor_rollout_ref.rollout.temperature (and the planner's recorded sampling)",
     "planner_max_tokens": "data.max_response_length (a planner turn's response) and the planner's max_tokens",
     "planner_prefix": "refused: the verl planner engine sends the chat-templated prompt ids unchanged",
+    "rollout_engine": "refused when set: verl's rollout servers sample the planner (verl.rollout_backend), "
+                      "with its own old-log-prob handling (verl.old_logprobs)",
     "rollout_concurrency": "agent loop: trajectories in flight per agent-loop worker = ceil(this / workers)",
     "learning_rate": "actor_rollout_ref.actor.optim.lr",
     "lr_schedule": "actor_rollout_ref.actor.optim.lr_scheduler_type (linear: refused, FSDP has no linear)",
@@ -168,7 +170,7 @@ class VerlTrainConfig(TrainConfig):
         if self.algorithm == "sft":
             raise _refuse("algorithm 'sft' is a single-machine baseline; run it with `agentflow train`")
         for name in ("torch_threads", "teacher", "sft_trajectories", "sft_epochs", "micro_batch_rows",
-                     "export_gguf", "planner_prefix"):
+                     "export_gguf", "planner_prefix", "rollout_engine"):
             if _changed(self, name):
                 raise _refuse(f"`{name}` has no verl equivalent ({FIELD_ROUTES[name]}); remove it")
         if self.lr_schedule == "linear":
