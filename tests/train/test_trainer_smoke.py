@@ -5,6 +5,7 @@ batches an uninterrupted run would have drawn."""
 import json
 import math
 import re
+import warnings
 
 import pytest
 import torch
@@ -100,3 +101,20 @@ def test_sft_baseline_trains_on_correct_teacher_turns(config, tmp_path):
     assert math.isfinite(step["loss"]) and step["loss"] > 0
     weights = torch.load(tmp_path / "sft" / "checkpoints" / "step-000001" / "trainable.pt", weights_only=True)
     assert any(v.abs().sum() > 0 for k, v in weights.items() if "lora_B" in k)
+
+
+def test_a_step_without_signal_advances_the_schedule_without_torch_notices(config, tmp_path):
+    """Every answer wrong: no group has signal, no optimiser step is taken, yet the warm-up still counts the
+    step (the schedule is by step), and torch's 'scheduler before optimiser' notice does not reach the user."""
+    never_right = ScriptedEngine(lambda messages: "<answer>no</answer>" if "final answer" in messages[0]["content"]
+                                 else '{"query": "x"}')
+    cfg = config.model_copy(update={"max_steps": 2, "warmup_steps": 4, "lr_schedule": "linear", "kl_coef": 0.0,
+                                    "save_every": 1})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Trainer(cfg, engines={"helper": never_right}).run()
+    assert not [w for w in caught if "lr_scheduler.step()" in str(w.message)]
+    steps = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in steps if "seconds/rollout" in r]
+    assert [r["no_signal_share"] for r in steps] == [1.0, 1.0]
+    assert steps[0]["lr"] < steps[1]["lr"]

@@ -20,6 +20,7 @@ import logging
 import math
 import random
 import time
+import warnings
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -283,7 +284,12 @@ class Trainer:
         with self._update_threads():
             metrics.update(self.updater.grpo(update, temperature=self._rollout_temperature(), step=self.step))
         metrics["lr"] = self.scheduler.get_last_lr()[0]
-        self.scheduler.step()
+        with warnings.catch_warnings():
+            # a step without signal takes no optimiser step, but the schedule counts steps, not updates:
+            # torch's notice about a scheduler stepped before its optimiser does not apply
+            warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before",
+                                    category=UserWarning)
+            self.scheduler.step()
         return metrics
 
     def _dump_rollouts(self, batch: RolloutBatch, row_traj: torch.Tensor, advantages: torch.Tensor) -> None:
