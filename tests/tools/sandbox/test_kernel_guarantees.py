@@ -261,11 +261,16 @@ async def test_cancellation_kills_everything() -> None:
     task = asyncio.create_task(run_hostile(SURVIVOR + "while True:\n    pass\n", timeout_s=60.0,
                                            on_start=pids.append))
     namespace = None
-    for _ in range(300):  # the outer process makes the namespace shortly after it starts
+    # the outer process makes the namespace shortly after it starts, then the program forks its survivor; the
+    # limits are for a sandbox that never starts (on a loaded 2-core machine it once took more than 6 s)
+    for _ in range(3000):
         await asyncio.sleep(0.02)
         if pids and (namespace := pid_namespace_of(pids[0], children=True)) != pid_namespace_of(os.getpid()):
             break
-    await asyncio.sleep(1.0)  # let the survivor start
+    for _ in range(300):
+        if namespace is None or len(processes_in(namespace)) > 2:
+            break
+        await asyncio.sleep(0.1)
     assert namespace is not None and processes_in(namespace), "the sandbox never started"
     task.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -69,8 +69,10 @@ function context(route, params, token) {
     live(on) {
       if (token === current) live.hidden = exported || !on;
     },
-    // Keep filters in the address, so reload and the back button return to the same view.
+    // Keep filters in the address, so reload and the back button return to the same view. A page left
+    // behind (a search's debounce firing after a link was followed) must not rewrite the new page's address.
     setParams(values) {
+      if (token !== current) return;
       const query = new URLSearchParams(Object.entries(values).filter(([, v]) => v !== "" && v !== null));
       const text = query.toString();
       history.replaceState(null, "", "#" + route + (text ? "?" + text : ""));
