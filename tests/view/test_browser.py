@@ -64,7 +64,6 @@ def nothing_ran(page: Any) -> None:
     assert not {"ctx", "ok", "arrives"} & set(page.evaluate(injected))
 
 
-
 def test_a_pending_search_does_not_rewrite_the_next_pages_address(tab: Watched, runs: dict[str, Path]) -> None:
     """The search box redraws 120 ms after the last key; a link followed within that time keeps its address
     (the left page's redraw once put '#/run/0?q=...' back over the item's, and the item never counted as drawn)."""
@@ -75,6 +74,7 @@ def test_a_pending_search_does_not_rewrite_the_next_pages_address(tab: Watched, 
         page.wait_for_timeout(500)
         assert "/run/0/item/quiz%3A1%3A2" in page.url
         tab.ready()
+
 
 def test_eval_run_filters_search_and_item(tab: Watched, runs: dict[str, Path]) -> None:
     with serving([runs["a"]]) as url:
