@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from agentflow.generator import extract_answer
+from agentflow.generator import extract_answer, generator_messages
 from agentflow.memory import FlowMemory, MemoryEntry, truncate
 from agentflow.verifier import parse_verdict
 
@@ -55,6 +55,26 @@ def test_memory_shows_errors_and_always_the_newest_step():
     memory = FlowMemory(question="q")
     memory.add(MemoryEntry(turn=1, sub_goal="g", tool="python", error="ZeroDivisionError"))
     assert "error: ZeroDivisionError" in memory.render(token_budget=1, result_chars=100, text_chars=100)
+
+
+def test_generator_reads_the_newest_result_after_the_question():
+    memory = FlowMemory(question="What is 3 times the atomic number of sulfur?")
+    assert memory.latest(100) == ""
+    memory.add(MemoryEntry(turn=1, sub_goal="Find sulfur", tool="wikipedia_search",
+                           result="1. Sulfur: atomic number 16. " + "x" * 300))
+    memory.add(MemoryEntry(turn=2, sub_goal="Multiply by 3", tool="python", result="48"))
+    assert memory.latest(100) == "48"
+    messages = generator_messages(question=memory.question, analysis="",
+                                  memory=memory.render(token_budget=256, result_chars=100, text_chars=40),
+                                  latest=memory.latest(100))
+    prompt = messages[-1]["content"]
+    assert prompt.index("Steps taken:") < prompt.index("Question: ") < prompt.index("Result of the last step: 48")
+    memory.add(MemoryEntry(turn=3, sub_goal="again", tool="python", error="ZeroDivisionError"))
+    assert memory.latest(100) == "error: ZeroDivisionError"
+    memory.entries[-1] = MemoryEntry(turn=3, sub_goal="long", tool="python", result="y" * 500)
+    assert memory.latest(100) == "y" * 100 + " ... [truncated 400 chars]"
+    first = generator_messages(question="q", analysis="", memory="(no steps yet)", latest="")[-1]["content"]
+    assert "Result of the last step" not in first
 
 
 def test_executor_sees_the_tools_worked_examples_as_prior_exchanges():

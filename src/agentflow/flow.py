@@ -400,7 +400,8 @@ class Flow:
     async def _generate(self, traj: Trajectory, memory: FlowMemory, emit: EventHandler) -> None:
         traj.generator = await self._call(
             "generator",
-            generator_messages(question=traj.question, analysis=memory.query_analysis, memory=self._render(memory)),
+            generator_messages(question=traj.question, analysis=memory.query_analysis, memory=self._render(memory),
+                               latest=memory.latest(self.config.limits.result_chars)),
             stage="generator")
         traj.raw_answer = traj.generator.text
         traj.answer = cut_repetition(extract_answer(traj.generator.text))

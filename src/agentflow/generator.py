@@ -15,13 +15,18 @@ _TAG = re.compile(r"<(/?)answer>", re.IGNORECASE)
 """The tags alone: a lazy `<answer>(.*?)</answer>` rescanned the rest of the reply from every unclosed tag."""
 
 
-def generator_messages(*, question: str, analysis: str, memory: str) -> list[Message]:
-    """The steps first, then the question: a small model answers what it read last. With the question before
-    a lookup and a computation, the bundled 135M generator restated the lookup's result ("The atomic number
-    of zinc is 30") in 29 of 40 answers; with the question last, it gave the computed result in 35 of 40."""
+def generator_messages(*, question: str, analysis: str, memory: str, latest: str = "") -> list[Message]:
+    """The steps, the question, then the newest step's result (`latest`): a small model answers from what it
+    read last. With the question before the steps, the bundled 135M generator restated a look-up's result
+    ("The atomic number of zinc is 30") in 29 of 40 answers that needed the computed number; with the question
+    last, it still began 9 of 16 such answers by copying the look-up's line. With the newest result after the
+    question, a scripted right plan on 24 held-out look-up-then-compute questions went from 7 to 14 right
+    (the rest: the executor's program computed a wrong number, or the reply restated the steps)."""
     parts = [f"Analysis: {analysis}"] if analysis else []
-    parts += [f"Steps taken:\n{memory}", f"Question: {question}",
-              "Answer the question. Put the final answer inside <answer></answer>."]
+    parts += [f"Steps taken:\n{memory}", f"Question: {question}"]
+    if latest:
+        parts.append(f"Result of the last step: {latest}")
+    parts.append("Answer the question. Put the final answer inside <answer></answer>.")
     return [{"role": "system", "content": GENERATOR_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
 
 

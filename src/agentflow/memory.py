@@ -43,11 +43,14 @@ class MemoryEntry(BaseModel):
         lines = [f"Step {self.turn}: {tool}sub-goal: {truncate(self.sub_goal, text_chars)}"]
         if self.arguments:
             lines.append(f"  input: {truncate(json.dumps(self.arguments, ensure_ascii=False), result_chars // 2)}")
-        if self.error:
-            lines.append(f"  error: {truncate(self.error, result_chars)}")
-        else:
-            lines.append(f"  result: {truncate(self.result, result_chars) or '(empty)'}")
+        lines.append(f"  {self.outcome(result_chars)}")
         return "\n".join(lines)
+
+    def outcome(self, result_chars: int) -> str:
+        """What the step gave, bounded: `error: …` or `result: …`."""
+        if self.error:
+            return f"error: {truncate(self.error, result_chars)}"
+        return f"result: {truncate(self.result, result_chars) or '(empty)'}"
 
 
 class FlowMemory(BaseModel):
@@ -59,6 +62,12 @@ class FlowMemory(BaseModel):
 
     def add(self, entry: MemoryEntry) -> None:
         self.entries.append(entry)
+
+    def latest(self, result_chars: int) -> str:
+        """The newest step's outcome without its `result: ` label (an error keeps `error: `); "" before any."""
+        if not self.entries:
+            return ""
+        return self.entries[-1].outcome(result_chars).removeprefix("result: ")
 
     def render(self, *, token_budget: int, result_chars: int, text_chars: int,
                count_tokens: Callable[[str], int] = approx_tokens, tool_names: bool = True) -> str:
