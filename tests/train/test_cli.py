@@ -80,3 +80,23 @@ def test_eval_size_is_a_flag_and_refused_where_it_would_be_ignored(tmp_path):
     assert result.exit_code == 2 and "algorithm:" in text and "greater than or equal" not in text  # flag won
     result = runner.invoke(app, ["train", "--backend", "verl", "--eval-size", "3"])
     assert result.exit_code == 2 and "--eval-size goes with --backend local" in result.output
+
+
+def test_seed_is_a_flag_and_refused_where_it_would_be_ignored(monkeypatch):
+    import agentflow.train.trainer as trainer_module
+
+    seen = []
+
+    class Recording:
+        def __init__(self, cfg, **kwargs):
+            seen.append(cfg)
+
+        def run(self, resume=False):
+            return {}
+
+    monkeypatch.setattr(trainer_module, "Trainer", Recording)
+    result = runner.invoke(app, ["train", "--config", "src/agentflow/configs/train_mixed.yaml", "--seed", "7"])
+    assert result.exit_code == 0, result.output
+    assert seen[0].seed == 7
+    result = runner.invoke(app, ["train", "--backend", "verl", "--seed", "3"])
+    assert result.exit_code == 2 and "--seed goes with --backend local" in result.output

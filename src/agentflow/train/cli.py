@@ -49,6 +49,8 @@ def train(
     = False,
     eval_size: Annotated[int | None, typer.Option("--eval-size", min=1, help="Override eval_size: held-out "
                                                   "questions per evaluation (the first N).")] = None,
+    seed: Annotated[int | None, typer.Option("--seed", help="Override seed (data order, sampling, "
+                                             "initialisation): one run per seed.")] = None,
     algorithm: Annotated[str | None, typer.Option("--algorithm", help="grpo | sft | frozen (overrides config).")]
     = None,
     backend: Annotated[str, typer.Option("--backend", help="local: this machine (torch); verl: hand training to "
@@ -79,6 +81,10 @@ def train(
         err_console.print("[bold red]error:[/] --eval-size goes with --backend local (verl evaluates through its "
                           "own trainer settings)")
         raise typer.Exit(2)
+    if backend == "verl" and seed is not None:
+        err_console.print("[bold red]error:[/] --seed goes with --backend local (with verl, set `seed` in the "
+                          "config: it maps to verl's data and rollout seeds)")
+        raise typer.Exit(2)
     if backend == "verl":
         from agentflow.verl.cli import train_on_verl
 
@@ -93,7 +99,8 @@ def train(
     from agentflow.train.trainer import Trainer
 
     try:
-        overrides: dict[str, Any] = {"max_steps": max_steps, "algorithm": algorithm, "eval_size": eval_size}
+        overrides: dict[str, Any] = {"max_steps": max_steps, "algorithm": algorithm, "eval_size": eval_size,
+                                     "seed": seed}
         if config is None:
             cfg = TrainConfig.from_dict({k: v for k, v in overrides.items() if v is not None})
         else:
