@@ -119,7 +119,18 @@ class Trajectory(BaseModel):
 
     def planner_calls(self) -> list[LLMCall]:
         """The planner's calls, in order: the training rows of Flow-GRPO."""
-        return [t.planner for t in self.turns if t.planner is not None and t.planner.completion is not None]
+        return self.role_calls("planner")
+
+    def role_calls(self, role: str) -> list[LLMCall]:
+        """The answered calls of one module, in order: the planner's, executor's and verifier's of each turn
+        (the planner's query analysis is not one of its turns), or the generator's."""
+        if role == "generator":
+            calls = [self.generator]
+        elif role in ("planner", "executor", "verifier"):
+            calls = [getattr(t, role) for t in self.turns]
+        else:
+            raise ValueError(f"no calls of a role {role!r} in a trajectory")
+        return [c for c in calls if c is not None and c.completion is not None]
 
     def write(self, path: str | Path) -> None:
         path = Path(path)

@@ -25,3 +25,17 @@ def test_the_plot_is_written(tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
     out = plot_run(tmp_path)
     assert out == tmp_path / "curves.png" and out.read_bytes().startswith(b"\x89PNG")
+
+
+def test_a_run_with_several_trained_roles_draws_each_roles_metrics(tmp_path: Path) -> None:
+    from agentflow.train.plot import roles_of
+
+    records = [{"step": s, "reward_mean": 0.1 * s, "rows": 6.0, "entropy": 1.0 / s, "executor/rows": 4.0,
+                "executor/entropy": 2.0 / s, "executor/grad_norm": 0.5} for s in (1, 2)]
+    assert roles_of(records) == ["executor"]
+    keys = [key for key, _ in panels_of(records)]
+    # the executor's grad norm has a panel though the planner logged none; rows per role come second
+    assert keys == ["reward_mean", "rows", "entropy", "grad_norm"]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert plot_run(tmp_path).read_bytes().startswith(b"\x89PNG")
+    assert roles_of(RECORDS) == [] and "rows" not in [key for key, _ in panels_of(RECORDS)]

@@ -29,7 +29,7 @@ def test_prefix_follows_the_generation_prompt_of_planner_calls_only():
 
 
 async def test_planner_reply_text_starts_with_the_prefix_and_ids_are_the_sampled_ones(monkeypatch):
-    async def sampled(self, messages, sampling, *, json_schema=None):
+    async def sampled(self, messages, sampling, *, json_schema=None, adapter=None):
         return Completion(text='python", "sub_goal": "x"}', prompt_token_ids=[1, 2], token_ids=[5, 6],
                           logprobs=[-0.1, -0.2])
 

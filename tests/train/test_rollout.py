@@ -102,7 +102,7 @@ async def test_failures_the_policy_causes_are_scored_not_excluded():
 async def test_rows_need_token_ids_from_the_policy_engine():
     batch = await run_rollouts(flow(lambda m: "x", policy=ScriptedEngine([PLAN])), QUESTIONS[:1], group_size=1,
                                concurrency=1)
-    with pytest.raises(ValueError, match=r"trajectory 'q1#0' turn 1: .*no token ids"):
+    with pytest.raises(ValueError, match=r"trajectory 'q1#0' planner call 1: .*no token ids"):
         batch.rows()
 
 

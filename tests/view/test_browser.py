@@ -324,3 +324,22 @@ def test_the_code_a_tool_wrote_and_its_inner_call_can_be_read(tab: Watched, tmp_
         tool.locator("details.call summary", has_text="prompt and reply inside the tool").click()
         opened = tool.locator("details.call[open]").inner_text()
         assert "Task: multiply 17 by 23" in opened and "```python" in opened
+
+
+def test_a_run_with_several_trained_roles_draws_a_line_per_role(tab: Watched, tmp_path: Path) -> None:
+    """With `train_roles: [planner, executor]` the trainer logs the executor's own metrics as `executor/…`: the
+    entropy, clip fraction and gradient norm charts show one line per role."""
+    run = train_run(tmp_path / "train", new_format=True, steps=2)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    for record in records:
+        if "entropy" in record:
+            record.update({"executor/entropy": 2.0, "executor/grad_norm": 0.3, "executor/rows": 4.0})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    with serving([run]) as url:
+        page = tab.open(url)
+        for title, names in (("Entropy", ["entropy", "executor entropy"]),
+                             ("Gradient norm", ["grad norm", "executor grad norm"])):
+            chart = page.locator("figure.chart", has=page.locator("figcaption", has_text=title))
+            assert chart.locator("path.series").count() == 2
+            assert [s.strip() for s in chart.locator(".legend span").all_inner_texts()] == names
+        nothing_ran(page)

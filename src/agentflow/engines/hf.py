@@ -187,11 +187,12 @@ class _Request:
     json_schema: dict[str, Any] | None
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[Completion]
+    adapter: str | None = None
     submitted: float = field(default_factory=time.perf_counter)
 
     @property
     def group(self) -> str:
-        return self.sampling.model_dump_json() + json.dumps(self.json_schema, sort_keys=True)
+        return self.sampling.model_dump_json() + json.dumps(self.json_schema, sort_keys=True) + str(self.adapter)
 
 
 _STOP = object()
@@ -319,14 +320,16 @@ class TransformersEngine(Engine):
     # -- generation -------------------------------------------------------------------------------------------
 
     async def generate(self, messages: list[Message], sampling: SamplingParams, *,
-                       json_schema: dict[str, Any] | None = None) -> Completion:
+                       json_schema: dict[str, Any] | None = None, adapter: str | None = None) -> Completion:
+        """`adapter`: the PEFT adapter that answers (its name; `BASE_ADAPTER`: none), for a model holding one
+        LoRA adapter per role; None: the model as it is (its active adapter, if any)."""
         if self._closed:
             raise EngineUnavailableError("the transformers engine is closed")
         self._ensure_worker()
         loop = asyncio.get_running_loop()
         schema = json_schema if self.supports_json_schema else None
         request = _Request(messages=messages, sampling=sampling, json_schema=schema, loop=loop,
-                           future=loop.create_future())
+                           future=loop.create_future(), adapter=adapter)
         self._queue.put(request)
         return await request.future
 
@@ -393,7 +396,7 @@ class TransformersEngine(Engine):
                 rows.append(i)
         if rows:
             started = time.perf_counter()
-            outputs = self._sample([prompts[i] for i in rows], sampling, schema)
+            outputs = self._sample([prompts[i] for i in rows], sampling, schema, adapter=batch[0].adapter)
             seconds = time.perf_counter() - started
             self.batch_sizes.append(len(rows))
             for i, (token_ids, logprobs, finish) in zip(rows, outputs, strict=True):
@@ -421,9 +424,10 @@ class TransformersEngine(Engine):
             eos_token_id=self._eos_ids(), pad_token_id=self._tokenizer.pad_token_id,
             output_scores=True, return_dict_in_generate=True, use_cache=True)
 
-    def _sample(self, prompts: list[list[int]], sampling: SamplingParams, schema: dict[str, Any] | None = None
-                ) -> list[tuple[list[int], list[float], str]]:
-        """One left-padded generate call. Returns per row: token ids, their log-probs, why it ended."""
+    def _sample(self, prompts: list[list[int]], sampling: SamplingParams, schema: dict[str, Any] | None = None,
+                *, adapter: str | None = None) -> list[tuple[list[int], list[float], str]]:
+        """One left-padded generate call (every row through `adapter`, if given). Returns per row: token ids,
+        their log-probs, why it ended."""
         tokenizer = self._tokenizer
         width = max(len(p) for p in prompts)
         pad = tokenizer.pad_token_id
@@ -434,6 +438,8 @@ class TransformersEngine(Engine):
             if sampling.stop else {}
         if schema is not None:
             extra["logits_processor"] = [self._schema_constraints().processor(schema, len(prompts), width)]
+        if adapter is not None:
+            extra["adapter_names"] = [adapter] * len(prompts)  # PEFT's per-row adapter selection
         with self.weights_lock, torch.random.fork_rng(devices=self._rng_devices()), torch.inference_mode():
             seeded = sampling.seed is not None
             if seeded:
@@ -513,6 +519,29 @@ class TransformersEngine(Engine):
                         "mask); raw (masked) model log-probs when greedy",
             "json_schema": self.supports_json_schema,
         }
+
+
+BASE_ADAPTER = "__base__"
+"""PEFT's name for "no adapter" in a per-row adapter selection: the base model."""
+
+
+class AdapterView(Engine):
+    """One role's view of a TransformersEngine whose model holds one LoRA adapter per role: every request goes
+    through `adapter` (`BASE_ADAPTER`: the base model), batched with the other requests for the same adapter.
+    The model and its batcher are shared; closing a view leaves them to the engine itself."""
+
+    def __init__(self, engine: TransformersEngine, adapter: str) -> None:
+        self.engine = engine
+        self.adapter = adapter
+        self.model_name = engine.model_name
+        self.supports_json_schema = engine.supports_json_schema
+
+    async def generate(self, messages: list[Message], sampling: SamplingParams, *,
+                       json_schema: dict[str, Any] | None = None) -> Completion:
+        return await self.engine.generate(messages, sampling, json_schema=json_schema, adapter=self.adapter)
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.engine.describe(), "adapter_name": self.adapter}
 
 
 @contextlib.contextmanager

@@ -125,6 +125,27 @@ def no_std(*, rewards: torch.Tensor, group_ids: Sequence[str], trajectory_ids: S
     return _normalise(rewards, groups, n_groups, eps=eps, scale=False)[row_trajectory]
 
 
+def role_advantages(estimator: str, *, rewards: torch.Tensor, group_ids: Sequence[str],
+                    trajectory_ids: Sequence[str], row_trajectory: dict[str, torch.Tensor], eps: float,
+                    scope: str = "per_role") -> dict[str, torch.Tensor]:
+    """Advantages of every trained role's rows (`row_trajectory`: role -> the trajectory of each of its rows).
+    `per_role`: each role's rows normalised among themselves; `shared`: the rows of all roles at once."""
+    fn = get_advantage(estimator)
+
+    def estimate(rows: torch.Tensor) -> torch.Tensor:
+        return fn(rewards=rewards, group_ids=group_ids, trajectory_ids=trajectory_ids, row_trajectory=rows, eps=eps)
+
+    if scope == "per_role" or len(row_trajectory) == 1:
+        return {role: estimate(rows) for role, rows in row_trajectory.items()}
+    if scope != "shared":
+        raise ValueError(f"role advantage scope must be per_role or shared, not {scope!r}")
+    together = estimate(torch.cat(list(row_trajectory.values())))
+    out, start = {}, 0
+    for role, rows in row_trajectory.items():
+        out[role], start = together[start:start + rows.numel()], start + rows.numel()
+    return out
+
+
 def no_signal_groups(rewards: torch.Tensor, group_ids: Sequence[str]) -> int:
     """Number of questions whose trajectories all got the same reward: they carry no gradient signal."""
     by_group: dict[str, list[float]] = {}

@@ -22,10 +22,11 @@ err_console = Console(stderr=True)
 
 def _config_fields_help() -> str:
     """Every TrainConfig field with its default and description, for `--help`."""
-    from agentflow.train.config import DataSettings, LoraSettings, TrainConfig
+    from agentflow.train.config import DataSettings, LoraSettings, RoleOptimSettings, TrainConfig
 
     lines = ["Config fields (YAML keys; see src/agentflow/configs/train_*.yaml):", ""]
-    for prefix, model in (("", TrainConfig), ("lora.", LoraSettings), ("data.", DataSettings)):
+    for prefix, model in (("", TrainConfig), ("lora.", LoraSettings), ("data.", DataSettings),
+                          ("role_optim.ROLE.", RoleOptimSettings)):
         for name, field in model.model_fields.items():
             default = "" if field.is_required() else f" [default: {field.get_default(call_default_factory=False)}]"
             if field.default_factory is not None:

@@ -28,6 +28,9 @@ from agentflow.errors import ConfigError
 POLICY_ENGINE = "policy"
 """Name under which the trainable planner engine enters the flow's engine table."""
 
+TrainableRole = Literal["planner", "executor", "verifier", "generator"]
+"""The flow's modules that can learn (`train_roles`); each trained one gets its own LoRA adapter."""
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -97,6 +100,13 @@ class DataSettings(_Strict):
     id_field: str = Field("id", description="Record field holding a stable item id (else the line number).")
 
 
+class RoleOptimSettings(_Strict):
+    """One trained role's optimiser settings (`role_optim.ROLE.*`); unset: the run's."""
+
+    learning_rate: float | None = Field(None, gt=0.0, description="This role's AdamW peak learning rate.")
+    max_grad_norm: float | None = Field(None, gt=0.0, description="Clip this role's gradient norm to this value.")
+
+
 def _default_train_flow() -> FlowConfig:
     """Planner on the trainable policy; the other roles on the bundled model through llama.cpp."""
     helper = LlamaCppEngineConfig(n_parallel=8, n_threads=1)
@@ -124,6 +134,18 @@ class TrainConfig(_Strict):
         "'frozen': no update, only evaluation (the untrained baseline).")
 
     # -- the policy -------------------------------------------------------------------------------
+    train_roles: list[TrainableRole] = Field(
+        default_factory=lambda: ["planner"], description="The modules that learn from the outcome reward "
+        "(planner, executor, verifier, generator; default: the planner, as the paper). Each gets its own LoRA "
+        "adapter over the one base model of the policy engine, which every trained role's engine must be; its "
+        "calls become its own training rows.")
+    role_optim: dict[TrainableRole, RoleOptimSettings] = Field(
+        default_factory=dict, description="Per trained role, its own learning_rate / max_grad_norm (the "
+        "`role_optim.ROLE.*` keys); each trained role has its own AdamW state and schedule.")
+    role_advantages: Literal["per_role", "shared"] = Field(
+        "per_role", description="per_role: each trained role's rows get their advantages group-normalised among "
+        "that role's rows; shared: one normalisation over the rows of every role. Identical for estimators that "
+        "normalise trajectories (grpo_trajectory); they differ for grpo_turn_rows.")
     flow: FlowConfig = Field(
         default_factory=_default_train_flow,
         description="The flow the planner learns inside (engines of the other roles, tools, limits). The "
@@ -142,8 +164,9 @@ class TrainConfig(_Strict):
     group_size: int = Field(8, ge=2, description="G: trajectories per question (GRPO's group; Shao et al. 2024).")
     max_turns: int | None = Field(None, ge=1, description="Planner turns per trajectory; overrides "
                                   "flow.limits.max_turns when set.")
-    temperature: float | None = Field(None, gt=0.0, description="Planner sampling temperature during rollouts; "
-                                      "overrides flow.roles.planner.sampling.temperature when set.")
+    temperature: float | None = Field(None, gt=0.0, description="Sampling temperature of the trained roles "
+                                      "during rollouts; overrides their flow.roles.ROLE.sampling.temperature when "
+                                      "set.")
     planner_max_tokens: int | None = Field(None, ge=1, description="Planner reply budget in tokens; overrides "
                                            "flow.roles.planner.sampling.max_tokens when set.")
     planner_prefix: str | None = Field(
@@ -198,7 +221,8 @@ class TrainConfig(_Strict):
     eval_size: int | None = Field(None, ge=1, description="Held-out questions per evaluation (first N); "
                                   "None: all.")
     eval_at_start: bool = Field(True, description="Evaluate the untrained planner before step 1.")
-    eval_temperature: float = Field(0.0, ge=0.0, description="Planner temperature during evaluation.")
+    eval_temperature: float = Field(0.0, ge=0.0, description="Temperature of the trained roles during "
+                                    "evaluation.")
     save_every: int = Field(10, ge=1, description="Write a checkpoint every N steps (and at the end).")
     keep_checkpoints: int = Field(2, ge=1, description="Checkpoints kept on disk (oldest deleted first).")
     output_dir: str = Field("runs/train", description="Run directory: metrics.jsonl, TensorBoard events, "
@@ -215,15 +239,7 @@ class TrainConfig(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> TrainConfig:
-        planner_engine = self.flow.roles.planner.engine
-        if not isinstance(self.flow.engines[planner_engine], TransformersEngineConfig):
-            raise ValueError(f"the planner's engine {planner_engine!r} must be kind 'transformers' (the "
-                             f"trainable policy), got {self.flow.engines[planner_engine].kind!r}")
-        sampling = self.rollout_flow_config().roles.planner.sampling
-        if self.algorithm == "grpo" and sampling.top_p < 1.0:
-            raise ValueError(f"the planner's top_p is {sampling.top_p}: training needs top_p = 1 (the trainer "
-                             "recomputes log-probs of the full tempered distribution; a nucleus would make them "
-                             "disagree with what the rollout sampled)")
+        self._check_train_roles()
         kind = self.rollout_engine.kind
         if kind != "transformers" and self.algorithm == "grpo" and not self.lora.enabled:
             raise ValueError(f"rollout_engine kind {kind!r} syncs the LoRA adapter after each step: it needs "
@@ -239,10 +255,56 @@ class TrainConfig(_Strict):
                              f"{', '.join(sorted(ADVANTAGE_ESTIMATORS))}")
         return self
 
+    def _check_train_roles(self) -> None:
+        roles = self.train_roles
+        if not roles or len(set(roles)) != len(roles):
+            raise ValueError(f"train_roles must name each trained role once, got {roles}")
+        engines = {getattr(self.flow.roles, role).engine for role in roles}
+        if len(engines) > 1:
+            raise ValueError(f"every trained role must be on one engine (the policy: one base model with an "
+                             f"adapter per role); train_roles {roles} are on {sorted(engines)}")
+        policy = self.policy_engine_name
+        if not isinstance(self.flow.engines[policy], TransformersEngineConfig):
+            raise ValueError(f"the {roles[0]}'s engine {policy!r} must be kind 'transformers' (the trainable "
+                             f"policy), got {self.flow.engines[policy].kind!r}")
+        stray = sorted(set(self.role_optim) - set(roles))
+        if stray:
+            raise ValueError(f"role_optim names {stray}, which train_roles does not train")
+        if roles != ["planner"]:
+            if not self.lora.enabled:
+                raise ValueError("training a role other than the planner, or several, needs lora.enabled (one "
+                                 "LoRA adapter per role over one base)")
+            if self.algorithm == "sft":
+                raise ValueError("algorithm 'sft' trains the planner only: train_roles must be [planner]")
+            if self.rollout_engine.kind != "transformers":
+                raise ValueError(f"rollout_engine kind {self.rollout_engine.kind!r} serves the planner's adapter "
+                                 "only: with other trained roles, roll out on kind 'transformers'")
+        flow = self.rollout_flow_config()
+        for role in roles:
+            top_p = getattr(flow.roles, role).sampling.top_p
+            if self.algorithm == "grpo" and top_p < 1.0:
+                raise ValueError(f"the {role}'s top_p is {top_p}: training needs top_p = 1 (the trainer "
+                                 "recomputes log-probs of the full tempered distribution; a nucleus would make "
+                                 "them disagree with what the rollout sampled)")
+
     # -- derived ----------------------------------------------------------------------------------
     @property
     def policy_engine_name(self) -> str:
-        return self.flow.roles.planner.engine
+        """The engine of the trained roles (the planner's, by default): the model being trained."""
+        return getattr(self.flow.roles, self.train_roles[0]).engine
+
+    @property
+    def adapter_roles(self) -> bool:
+        """True when a role other than the planner trains: one named adapter per role, chosen per call."""
+        return self.train_roles != ["planner"]
+
+    def role_learning_rate(self, role: str) -> float:
+        settings = self.role_optim.get(role)  # type: ignore[call-overload]
+        return settings.learning_rate if settings and settings.learning_rate else self.learning_rate
+
+    def role_max_grad_norm(self, role: str) -> float:
+        settings = self.role_optim.get(role)  # type: ignore[call-overload]
+        return settings.max_grad_norm if settings and settings.max_grad_norm else self.max_grad_norm
 
     @property
     def policy(self) -> TransformersEngineConfig:
@@ -255,16 +317,17 @@ class TrainConfig(_Strict):
         flow = self.flow.model_copy(deep=True)
         if self.max_turns is not None:
             flow.limits.max_turns = self.max_turns
-        sampling = flow.roles.planner.sampling
         if self.temperature is not None:
-            sampling.temperature = self.temperature
+            for role in self.train_roles:
+                getattr(flow.roles, role).sampling.temperature = self.temperature
         if self.planner_max_tokens is not None:
-            sampling.max_tokens = self.planner_max_tokens
+            flow.roles.planner.sampling.max_tokens = self.planner_max_tokens
         return flow
 
     def eval_flow_config(self) -> FlowConfig:
         flow = self.rollout_flow_config()
-        flow.roles.planner.sampling.temperature = self.eval_temperature
+        for role in self.train_roles:
+            getattr(flow.roles, role).sampling.temperature = self.eval_temperature
         return flow
 
     @classmethod

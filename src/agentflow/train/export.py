@@ -196,12 +196,19 @@ def converted_gguf(gguf_path: Path, file_type: str, *, root: Path | None = None)
 
 
 def export_planner(model: torch.nn.Module, tokenizer, out_dir: Path, *, lora: bool, gguf: bool,
-                   gguf_template: Path | None = None) -> Path:
-    """Save adapter (LoRA) and merged model; write GGUF when asked and possible. Returns out_dir."""
+                   gguf_template: Path | None = None, adapter: str | None = None,
+                   gguf_file: str = "planner.gguf") -> Path:
+    """Save adapter (LoRA) and merged model; write GGUF when asked and possible. Returns out_dir.
+
+    `adapter`: of a model holding one adapter per role, the one to export (saved as a plain PEFT adapter that
+    `adapter:` loads, merged alone into the model); None: the model's only adapter."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if lora and hasattr(model, "peft_config"):
-        model.save_pretrained(str(out_dir / "adapter"))
-        merged = _merged_copy(model)
+        if adapter is None:
+            model.save_pretrained(str(out_dir / "adapter"))
+        else:
+            _save_one_adapter(model, adapter, out_dir / "adapter")
+        merged = _merged_copy(model, adapter)
     else:
         merged = model
     _forget_gguf_origin(merged)
@@ -213,17 +220,37 @@ def export_planner(model: torch.nn.Module, tokenizer, out_dir: Path, *, lora: bo
         template = gguf_template or bundled_model_path()
         try:
             state = dict(merged.state_dict())
-            write_gguf(state, template=template, out=out_dir / "planner.gguf")
+            write_gguf(state, template=template, out=out_dir / gguf_file)
         except ValueError as err:
             log.warning("GGUF export skipped: %s", err)
     return out_dir
 
 
-def _merged_copy(model: torch.nn.Module) -> torch.nn.Module:
-    """The base model with the adapter merged in, leaving `model` (still training) untouched."""
+def _merged_copy(model: torch.nn.Module, adapter: str | None = None) -> torch.nn.Module:
+    """The base model with the adapter (`adapter`, of several) merged in, leaving `model` (still training)
+    untouched."""
     import copy
 
-    return copy.deepcopy(model).merge_and_unload()
+    copied = copy.deepcopy(model)
+    if adapter is None:
+        return copied.merge_and_unload()
+    return copied.merge_and_unload(adapter_names=[adapter])
+
+
+def _save_one_adapter(model: torch.nn.Module, adapter: str, out: Path) -> None:
+    """One adapter of several, in PEFT's folder layout (adapter_config.json, adapter_model.safetensors) under
+    `out` itself: PEFT's own `save_pretrained` puts any adapter but `default` in a sub-folder named after it."""
+    from peft import get_peft_model_state_dict
+    from safetensors.torch import save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    state = get_peft_model_state_dict(model, adapter_name=adapter)
+    save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(out / "adapter_model.safetensors"))
+    import copy
+
+    config = copy.deepcopy(model.peft_config[adapter])  # as PEFT saves: for inference, the live one untouched
+    config.inference_mode = True
+    config.save_pretrained(str(out))
 
 
 def _forget_gguf_origin(model: torch.nn.Module) -> None:

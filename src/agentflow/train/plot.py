@@ -23,10 +23,25 @@ PANELS = [
 ]
 
 
+ROLE_METRICS = {"kl_ref", "entropy", "clip_fraction", "grad_norm", "rows"}
+"""Metrics each trained role has of its own (`ROLE/entropy`, ...; the planner's unprefixed): one line per role."""
+OTHER_ROLES = ("executor", "verifier", "generator")
+
+
+def roles_of(records: list[dict]) -> list[str]:
+    """The trained roles other than the planner that a run logged metrics for."""
+    return [role for role in OTHER_ROLES if any(k.startswith(f"{role}/") for r in records for k in r)]
+
+
 def panels_of(records: list[dict]) -> list[tuple[str, str]]:
     """(metric, title) of each panel with data; a metric ending in "/" is a family drawn as one line each (the
     tool picked at each planner turn)."""
-    panels = [(key, title) for key, title in PANELS if any(key in r for r in records)]
+    roles = roles_of(records)
+    panels = [(key, title) for key, title in PANELS
+              if any(key in r or (key in ROLE_METRICS and any(f"{role}/{key}" in r for role in roles))
+                     for r in records)]
+    if roles:
+        panels.insert(1, ("rows", "training rows per role"))
     turns = sorted({int(m.group(1)) for r in records for k in r if (m := _TURN_TOOL.match(k))})
     return panels + [(f"tool/turn{turn}/", f"tool picked at turn {turn} (rollouts)") for turn in turns]
 
@@ -38,6 +53,7 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     import matplotlib.pyplot as plt
 
     records = read_metrics(run_dir)
+    roles = roles_of(records)
     panels = panels_of(records)
     if not panels:
         raise FileNotFoundError(f"{run_dir}/metrics.jsonl has none of the plotted metrics")
@@ -46,14 +62,19 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path:
     fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 3 * rows), squeeze=False)
     for ax, (key, title) in zip(axes.flat, panels, strict=False):
         # a key ending in "/" is a family: one line per member, absent steps count as 0 (not picked)
-        members = sorted({k for r in records for k in r if k.startswith(key)}) if key.endswith("/") else [key]
+        # a per-role metric: one line per trained role (the planner's key is unprefixed)
+        per_role = key in ROLE_METRICS and bool(roles)
+        members = sorted({k for r in records for k in r if k.startswith(key)}) if key.endswith("/") else \
+            [key, *(f"{role}/{key}" for role in roles)] if per_role else [key]
         for member in members:
             steps = [r for r in records if any(k.startswith(key) for k in r)] if key.endswith("/") else \
                 [r for r in records if isinstance(r.get(member), int | float)]
             xs, ys = [r["step"] for r in steps], [r.get(member, 0.0) for r in steps]
-            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, label=member.removeprefix(key))
-        if key.endswith("/"):
+            label = ("planner" if member == key else member.split("/")[0]) if per_role else member.removeprefix(key)
+            ax.plot(xs, ys, marker="o" if len(xs) < 30 else None, label=label)
+        if key.endswith("/") or per_role:
             ax.legend(fontsize=7)
+        if key.endswith("/"):
             ax.set_ylim(-0.05, 1.05)
         ax.set_title(title)
         ax.set_xlabel("step")

@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentflow.config import TransformersEngineConfig
-from agentflow.engines.base import Completion, Message, SamplingParams
-from agentflow.engines.hf import TransformersEngine
+from agentflow.config import FlowConfig, TransformersEngineConfig
+from agentflow.engines.base import Completion, Engine, Message, SamplingParams
+from agentflow.engines.hf import BASE_ADAPTER, AdapterView, TransformersEngine
 from agentflow.planner import PLANNER_SYSTEM
 
 
@@ -64,11 +64,34 @@ class PrefixedPlannerEngine(TransformersEngine):
         self.prefix = prefix
 
     async def generate(self, messages: list[Message], sampling: SamplingParams, *,
-                       json_schema: dict[str, Any] | None = None) -> Completion:
-        completion = await super().generate(messages, sampling, json_schema=json_schema)
+                       json_schema: dict[str, Any] | None = None, adapter: str | None = None) -> Completion:
+        completion = await super().generate(messages, sampling, json_schema=json_schema, adapter=adapter)
         if is_planner_call(messages):
             completion = completion.model_copy(update={"text": self.prefix + completion.text})
         return completion
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "planner_prefix": self.prefix}
+
+
+def adapter_name(role: str) -> str:
+    """The PEFT adapter of a trained role: the planner's is PEFT's `default` (what a planner-only run saves and
+    loads), every other role's is named after it."""
+    return "default" if role == "planner" else role
+
+
+def role_views(flow: FlowConfig, policy: TransformersEngine, config: Any) -> dict[str, Engine]:
+    """Point every role that runs on the policy engine at its own view of it (`ENGINE@ROLE`): a trained role's
+    calls go through its adapter, any other role's through the base model (frozen means frozen). Rewrites
+    `flow`'s roles and engine table in place; returns the views to pass to `Flow.from_config`."""
+    name = config.policy_engine_name
+    views: dict[str, Engine] = {}
+    for role in type(flow.roles).model_fields:
+        role_config = getattr(flow.roles, role)
+        if role_config.engine != name:
+            continue
+        view = f"{name}@{role}"
+        flow.engines[view] = flow.engines[name]
+        role_config.engine = view
+        views[view] = AdapterView(policy, adapter_name(role) if role in config.train_roles else BASE_ADAPTER)
+    return views

@@ -56,6 +56,8 @@ class TurnRow:
     the update then recomputes `old_logprobs` itself and sets `tis_weights`."""
     tis_weights: list[float] | None = None
     """Truncated importance weight of each response token (None: 1)."""
+    role: str = "planner"
+    """The module whose call this is: its adapter computes the row, and only its loss counts the row."""
 
 
 @dataclass
@@ -78,26 +80,28 @@ class RolloutBatch:
     def trajectory_ids(self) -> list[str]:
         return [r.trajectory_id for r in self.rollouts]
 
-    def rows(self, *, engine_logprobs: bool = False) -> tuple[list[TurnRow], torch.Tensor]:
-        """Training rows (one per planner call) and the trajectory index of each row. `engine_logprobs`: the
-        policy engine is not the trainer's model, and its log-probs are kept as `TurnRow.engine_logprobs`."""
+    def rows(self, *, engine_logprobs: bool = False, role: str = "planner") -> tuple[list[TurnRow], torch.Tensor]:
+        """Training rows (one per call of `role`: the planner's turns by default) and the trajectory index of
+        each row. `engine_logprobs`: the policy engine is not the trainer's model, and its log-probs are kept
+        as `TurnRow.engine_logprobs`."""
         rows: list[TurnRow] = []
         for t, rollout in enumerate(self.rollouts):
-            for turn, call in enumerate(rollout.trajectory.planner_calls(), 1):
+            for turn, call in enumerate(rollout.trajectory.role_calls(role), 1):
                 completion = call.completion
                 assert completion is not None
                 if not completion.prompt_token_ids or completion.token_ids is None or completion.logprobs is None:
-                    raise ValueError(f"trajectory {rollout.trajectory_id!r} turn {turn}: the policy engine "
-                                     "returned no token ids / log-probs; the planner must run on the "
-                                     "trainer's policy engine (transformers, or the llama.cpp rollout engine)")
+                    raise ValueError(f"trajectory {rollout.trajectory_id!r} {role} call {turn}: the policy engine "
+                                     f"returned no token ids / log-probs; the {role} must run on the trainer's "
+                                     "policy engine (transformers, or the llama.cpp rollout engine)")
                 if len(completion.token_ids) != len(completion.logprobs):
-                    raise ValueError(f"trajectory {rollout.trajectory_id!r} turn {turn}: "
+                    raise ValueError(f"trajectory {rollout.trajectory_id!r} {role} call {turn}: "
                                      f"{len(completion.token_ids)} tokens but {len(completion.logprobs)} log-probs")
                 if not completion.token_ids:
                     continue
                 rows.append(TurnRow(t, list(completion.prompt_token_ids), list(completion.token_ids),
                                     list(completion.logprobs), schema=call.response_schema,
-                                    engine_logprobs=list(completion.logprobs) if engine_logprobs else None))
+                                    engine_logprobs=list(completion.logprobs) if engine_logprobs else None,
+                                    role=role))
         return rows, torch.tensor([r.trajectory for r in rows], dtype=torch.long)
 
     def metrics(self) -> dict[str, Any]:

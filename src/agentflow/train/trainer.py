@@ -32,12 +32,13 @@ import torch
 
 from agentflow.engines.base import Engine
 from agentflow.flow import Flow
-from agentflow.train.advantages import get_advantage, no_signal_groups
+from agentflow.train.advantages import no_signal_groups, role_advantages
 from agentflow.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from agentflow.train.config import TrainConfig
 from agentflow.train.data import BatchSampler, Question, default_paths, load_questions
 from agentflow.train.logprobs import plain_lm_head
 from agentflow.train.metrics import MetricsLogger
+from agentflow.train.policy import adapter_name, role_views
 from agentflow.train.rollout import RolloutBatch, TurnRow, run_rollouts
 from agentflow.train.update import PolicyUpdater, UpdateBatch
 
@@ -62,6 +63,11 @@ def lr_lambda(config: TrainConfig):
         return 1.0 - progress
 
     return factor
+
+
+def role_key(role: str, key: str) -> str:
+    """A trained role's metric: the planner's as it always was, any other role's under `ROLE/`."""
+    return key if role == "planner" else f"{role}/{key}"
 
 
 def seed_everything(seed: int) -> None:
@@ -141,28 +147,61 @@ class Trainer:
             self.rollout_policy.seed_sampling(cfg.seed)
 
         engines = {**self.extra_engines, cfg.policy_engine_name: self.rollout_policy or policy}
-        self.flow = Flow.from_config(cfg.rollout_flow_config(), engines=engines)
-        self.eval_flow = Flow.from_config(cfg.eval_flow_config(), engines=self.flow.engines, tools=self.flow.tools)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params or [torch.nn.Parameter(torch.zeros(1))], lr=cfg.learning_rate,
-                                           betas=cfg.adam_betas, weight_decay=cfg.weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lr_lambda(cfg))
+        rollout_flow, eval_flow = cfg.rollout_flow_config(), cfg.eval_flow_config()
+        if cfg.adapter_roles:
+            engines.update(role_views(rollout_flow, policy, cfg))
+            role_views(eval_flow, policy, cfg)
+        self.flow = Flow.from_config(rollout_flow, engines=engines)
+        self.eval_flow = Flow.from_config(eval_flow, engines=self.flow.engines, tools=self.flow.tools)
+        self.role_params = self._role_params()
+        self.trainable_names = {name for names in self.role_params.values() for name in names}
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.schedulers: dict[str, Any] = {}
+        self.updaters: dict[str, PolicyUpdater] = {}
+        named = dict(self.model.named_parameters())
+        for role in cfg.train_roles:
+            params = [named[name] for name in self.role_params[role]]
+            self.optimizers[role] = torch.optim.AdamW(params or [torch.nn.Parameter(torch.zeros(1))],
+                                                      lr=cfg.role_learning_rate(role), betas=cfg.adam_betas,
+                                                      weight_decay=cfg.weight_decay)
+            self.schedulers[role] = torch.optim.lr_scheduler.LambdaLR(self.optimizers[role], lr_lambda(cfg))
+            self.updaters[role] = PolicyUpdater(
+                cfg, model=self.model, optimizer=self.optimizers[role], policy=policy, pad_id=self._pad_id(),
+                ref_model=self.ref_model, chunked_head=plain_lm_head(self.model),
+                adapter=adapter_name(role) if cfg.adapter_roles else None,
+                max_grad_norm=cfg.role_max_grad_norm(role))
+        first = cfg.train_roles[0]
+        self.optimizer, self.scheduler, self.updater = self.optimizers[first], self.schedulers[first], \
+            self.updaters[first]
         self.sampler = BatchSampler(self.train_items, batch_size=cfg.batch_size, seed=cfg.seed)
         self.metrics = MetricsLogger(self.out_dir, console=self.console)
-        self.updater = PolicyUpdater(cfg, model=self.model, optimizer=self.optimizer, policy=policy,
-                                     pad_id=self._pad_id(), ref_model=self.ref_model,
-                                     chunked_head=plain_lm_head(self.model))
+
+    def _role_params(self) -> dict[str, list[str]]:
+        """The names of the parameters each trained role trains: its own adapter's, or (one role) every
+        parameter that requires gradients."""
+        cfg = self.config
+        if not cfg.adapter_roles:
+            return {cfg.train_roles[0]: [n for n, p in self.model.named_parameters() if p.requires_grad]}
+        return {role: [n for n, _ in self.model.named_parameters() if f".{adapter_name(role)}." in n]
+                for role in cfg.train_roles}
 
     def _make_trainable(self, model: torch.nn.Module) -> torch.nn.Module:
         """Wrap the loaded model for training: LoRA adapters, or every weight plus a frozen reference copy."""
         cfg = self.config
         if cfg.lora.enabled:
-            if not cfg.policy.adapter:  # an adapter loaded by load_policy(trainable=True) trains further
-                from peft import LoraConfig, get_peft_model
+            from peft import LoraConfig, get_peft_model
 
-                model = get_peft_model(model, LoraConfig(
-                    r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
-                    target_modules=cfg.lora.targets, task_type="CAUSAL_LM"))
+            def lora() -> LoraConfig:
+                return LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
+                                  target_modules=cfg.lora.targets, task_type="CAUSAL_LM")
+
+            # an adapter loaded by load_policy(trainable=True) is PEFT's "default": the planner's, trained further
+            for role in cfg.train_roles:
+                name = adapter_name(role)
+                if not hasattr(model, "peft_config"):
+                    model = get_peft_model(model, lora(), adapter_name=name)
+                elif name not in model.peft_config:
+                    model.add_adapter(name, lora())
         else:
             if cfg.kl_coef > 0:
                 self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
@@ -226,7 +265,7 @@ class Trainer:
             return
         with self.policy.updating_weights():
             state = load_checkpoint(checkpoints[-1], model=self.model, optimizer=self.optimizer,
-                                    scheduler=self.scheduler)
+                                    scheduler=self.scheduler, roles=self._other_roles())
         self.step = int(state["step"])
         if state.get("policy_sampling") is not None:
             (self.rollout_policy or self.policy).load_sampling_state(state["policy_sampling"])
@@ -236,8 +275,12 @@ class Trainer:
 
     # -- one step -----------------------------------------------------------------------------------
 
-    def _rollout_temperature(self) -> float:
-        return self.config.rollout_flow_config().roles.planner.sampling.temperature or 1.0
+    def _other_roles(self) -> dict[str, tuple[torch.optim.Optimizer, Any]]:
+        """Every trained role after the first, with its own optimiser and scheduler (checkpoints)."""
+        return {role: (self.optimizers[role], self.schedulers[role]) for role in self.config.train_roles[1:]}
+
+    def _rollout_temperature(self, role: str = "planner") -> float:
+        return getattr(self.config.rollout_flow_config().roles, role).sampling.temperature or 1.0
 
     @contextmanager
     def _update_threads(self) -> Iterator[None]:
@@ -263,41 +306,57 @@ class Trainer:
         batch = await run_rollouts(self.flow, questions, group_size=cfg.group_size,
                                    concurrency=cfg.rollout_concurrency)
         metrics.update({"seconds/rollout": batch.seconds, **batch.metrics()})
-        rows, row_traj = batch.rows(engine_logprobs=self.rollout_policy is not None)
-        generated = sum(len(r.response_ids) for r in rows)
-        metrics["rollout_planner_tokens_per_s"] = generated / max(batch.seconds, 1e-9)
+        roles = cfg.train_roles
+        by_role = {role: batch.rows(engine_logprobs=self.rollout_policy is not None, role=role) for role in roles}
+        for role, (rows, _) in by_role.items():
+            metrics[role_key(role, "rollout_planner_tokens_per_s" if role == "planner" else "rollout_tokens_per_s")] = \
+                sum(len(r.response_ids) for r in rows) / max(batch.seconds, 1e-9)
         rewards = batch.rewards()
         n_groups = len({q.id for q in questions})
+        advantages = self._advantages(batch, by_role)
         if batch.rollouts:
-            advantages = get_advantage(cfg.advantage)(
-                rewards=rewards, group_ids=batch.group_ids(), trajectory_ids=batch.trajectory_ids(),
-                row_trajectory=row_traj, eps=cfg.advantage_eps)
             metrics["no_signal_share"] = (no_signal_groups(rewards, batch.group_ids())
                                           + n_groups - len(set(batch.group_ids()))) / n_groups
         else:
-            advantages = torch.zeros(0)
             metrics["no_signal_share"] = 1.0
-        self._dump_rollouts(batch, row_traj, advantages)
+        self._dump_rollouts(batch, {role: (by_role[role][1], advantages[role]) for role in roles})
         groups = batch.group_ids()
-        update = UpdateBatch(rows=rows, advantages=advantages, row_group=[groups[t] for t in row_traj.tolist()],
-                             trajectories=dict(Counter(groups)))
-        with self._update_threads():
-            metrics.update(self.updater.grpo(update, temperature=self._rollout_temperature(), step=self.step))
-        metrics["lr"] = self.scheduler.get_last_lr()[0]
+        for role in roles:
+            rows, row_traj = by_role[role]
+            update = UpdateBatch(rows=rows, advantages=advantages[role],
+                                 row_group=[groups[t] for t in row_traj.tolist()], trajectories=dict(Counter(groups)))
+            with self._update_threads():
+                result = self.updaters[role].grpo(update, temperature=self._rollout_temperature(role), step=self.step)
+            metrics.update({role_key(role, k): v for k, v in result.items()})
+            metrics[role_key(role, "lr")] = self.schedulers[role].get_last_lr()[0]
         with warnings.catch_warnings():
             # a step without signal takes no optimiser step, but the schedule counts steps, not updates:
             # torch's notice about a scheduler stepped before its optimiser does not apply
             warnings.filterwarnings("ignore", message=r"Detected call of `lr_scheduler\.step\(\)` before",
                                     category=UserWarning)
-            self.scheduler.step()
+            for scheduler in self.schedulers.values():
+                scheduler.step()
         return metrics
 
-    def _dump_rollouts(self, batch: RolloutBatch, row_traj: torch.Tensor, advantages: torch.Tensor) -> None:
+    def _advantages(self, batch: RolloutBatch, by_role: dict[str, tuple[list[TurnRow], torch.Tensor]]
+                    ) -> dict[str, torch.Tensor]:
+        cfg = self.config
+        if not batch.rollouts:
+            return {role: torch.zeros(len(rows)) for role, (rows, _) in by_role.items()}
+        return role_advantages(cfg.advantage, rewards=batch.rewards(), group_ids=batch.group_ids(),
+                               trajectory_ids=batch.trajectory_ids(), eps=cfg.advantage_eps,
+                               row_trajectory={role: row_traj for role, (_, row_traj) in by_role.items()},
+                               scope=cfg.role_advantages)
+
+    def _dump_rollouts(self, batch: RolloutBatch, by_role: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
         """The step's trajectories (DIR/rollouts/step-N.jsonl): per trajectory its group, reward, the advantage
-        each planner turn received, and the whole trajectory, to see what was learnt."""
-        per_trajectory: dict[int, list[float]] = {}
-        for t, advantage in zip(row_traj.tolist(), advantages.tolist(), strict=True):
-            per_trajectory.setdefault(t, []).append(round(advantage, 6))
+        each planner turn received (with other trained roles, each role's calls' under `role_advantages`), and
+        the whole trajectory, to see what was learnt."""
+        role_advantages: dict[str, dict[int, list[float]]] = {}
+        for role, (row_traj, advantages) in by_role.items():
+            for t, advantage in zip(row_traj.tolist(), advantages.tolist(), strict=True):
+                role_advantages.setdefault(role, {}).setdefault(t, []).append(round(advantage, 6))
+        per_trajectory = role_advantages.get("planner", {})
         path = self.out_dir / "rollouts" / f"step-{self.step:06d}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", encoding="utf-8") as out:
@@ -309,6 +368,9 @@ class Trainer:
                     "tools": [turn.tool for turn in r.trajectory.turns], "answer": r.trajectory.answer,
                     "reward": r.score.value if r.score else None,
                     "advantages": per_trajectory.get(t, []) if r.score else [],
+                    **({"role_advantages": {role: values.get(t, []) if r.score else []
+                                            for role, values in role_advantages.items()}}
+                       if self.config.adapter_roles else {}),
                     "infrastructure": r.infrastructure.kind if r.infrastructure else None,
                     "failure": failure.model_dump() if failure else None,
                     "trajectory": r.trajectory.model_dump(mode="json")}) + "\n")
@@ -390,8 +452,10 @@ class Trainer:
         assert self.sampler is not None
         save_checkpoint(self.out_dir / "checkpoints", step=self.step, model=self.model, optimizer=self.optimizer,
                         scheduler=self.scheduler, keep=self.config.keep_checkpoints,
-                        state={"data_position": self.sampler.position, "algorithm": self.config.algorithm},
-                        sampling_state=(self.rollout_policy or self.policy).sampling_state())
+                        state={"data_position": self.sampler.position, "algorithm": self.config.algorithm,
+                               "train_roles": self.config.train_roles},
+                        sampling_state=(self.rollout_policy or self.policy).sampling_state(),
+                        trainable=self.trainable_names, roles=self._other_roles())
 
     async def arun(self, *, resume: bool = False) -> dict[str, Any]:
         """Train (or only evaluate, for `frozen` and max_steps 0); return the final metrics."""
@@ -448,11 +512,16 @@ class Trainer:
         return last_eval
 
     def save_planner(self) -> Path:
-        """Write the trained planner where `agentflow solve` / `eval` load it: DIR/final/{adapter,model}[.gguf]."""
+        """Write the trained planner where `agentflow solve` / `eval` load it: DIR/final/{adapter,model}[.gguf];
+        every other trained role's beside it, DIR/final/ROLE/{adapter,model,ROLE.gguf}."""
         from agentflow.train.export import export_planner
 
-        return export_planner(self.model, self.tokenizer, self.out_dir / "final", lora=self.config.lora.enabled,
-                              gguf=self.config.export_gguf)
+        cfg, final = self.config, self.out_dir / "final"
+        for role in cfg.train_roles:
+            export_planner(self.model, self.tokenizer, final if role == "planner" else final / role,
+                           lora=cfg.lora.enabled, gguf=cfg.export_gguf,
+                           adapter=adapter_name(role) if cfg.adapter_roles else None, gguf_file=f"{role}.gguf")
+        return final
 
     def run(self, *, resume: bool = False) -> dict[str, Any]:
         return asyncio.run(self.arun(resume=resume))

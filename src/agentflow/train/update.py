@@ -66,16 +66,25 @@ class PolicyUpdater:
     """Runs the update of one step on the trainer's model, optimiser and policy engine."""
 
     def __init__(self, config: TrainConfig, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 policy: Any, pad_id: int, ref_model: torch.nn.Module | None, chunked_head: bool) -> None:
+                 policy: Any, pad_id: int, ref_model: torch.nn.Module | None, chunked_head: bool,
+                 adapter: str | None = None, max_grad_norm: float | None = None) -> None:
+        """`adapter`: the LoRA adapter this updater trains, made the model's active (and only trainable) one
+        before each update (one updater per trained role); None: the model as it is."""
         self.config = config
         self.model = model
         self.optimizer = optimizer
+        self.adapter = adapter
+        self.max_grad_norm = max_grad_norm or config.max_grad_norm
         self.policy = policy
         self.pad_id = pad_id
         self.ref_model = ref_model
         self.chunked_head = chunked_head
         self.device = next(model.parameters()).device
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
+
+    def _activate(self) -> None:
+        if self.adapter is not None:
+            self.model.set_adapter(self.adapter)  # PEFT: only this adapter computes and takes gradients
 
     def _pack(self, rows: list[TurnRow]) -> Any:
         return pack_rows(rows, pad_id=self.pad_id, device=self.device, allowed=[r.allowed for r in rows],
@@ -128,6 +137,7 @@ class PolicyUpdater:
         cfg = self.config
         metrics: dict[str, float] = {}
         rows = batch.rows
+        self._activate()
         start = time.perf_counter()
         self.replay_masks(rows)
         metrics["seconds/masks"] = time.perf_counter() - start
@@ -236,7 +246,7 @@ class PolicyUpdater:
 
     def _step(self) -> float:
         params = [p for p in self.model.parameters() if p.requires_grad]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm)
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.max_grad_norm)
         with self.policy.updating_weights():
             self.optimizer.step()
         self.model.eval()
@@ -246,6 +256,7 @@ class PolicyUpdater:
         """One optimiser step of token-mean negative log-likelihood over `rows` (the SFT baseline)."""
         if not rows:
             return {"rows": 0.0}
+        self._activate()
         start = time.perf_counter()
         total = float(sum(len(r.response_ids) for r in rows))
         self.model.train()

@@ -45,6 +45,9 @@ ESTIMATORS: dict[str, dict[str, Any]] = {
 
 FIELD_ROUTES: dict[str, str] = {
     "algorithm": "grpo -> the PPO trainer; frozen -> trainer.val_only (evaluate, no update); sft: refused",
+    "train_roles": "refused unless [planner]: verl trains one policy on its rollout servers (the planner)",
+    "role_optim": "refused when set (one trained role: use learning_rate / max_grad_norm)",
+    "role_advantages": "no effect with one trained role (the planner's rows are all the rows)",
     "flow": "agent loop: the flow every trajectory runs (planner engine -> actor_rollout_ref.model.path, "
             "lora_adapter_path; other roles on their own frozen engines)",
     "lora": "actor_rollout_ref.model.lora_rank / lora_alpha / target_modules (dropout other than 0: refused)",
@@ -185,6 +188,9 @@ class VerlTrainConfig(TrainConfig):
             raise _refuse("loss_aggregation trajectory_turn_token_mean (the paper's 1/G 1/T_i 1/|a|) has no verl "
                           "loss_agg_mode; use seq_mean_token_mean (closest: a trajectory weighs by its turns) or "
                           "token_mean, or train with `agentflow train` (local backend)")
+        if self.train_roles != ["planner"] or self.role_optim:
+            raise _refuse(f"train_roles {self.train_roles} (and role_optim): verl trains one policy, the planner, on "
+                          "its rollout servers; train other roles with `agentflow train` (local backend)")
         self._check_policy()
         self._check_roles()
         flow = self.rollout_flow_config()

@@ -9,6 +9,16 @@ import { toolClass } from "af/parts.js";
 
 const SKIP = new Set(["step", "time"]);
 
+/** A metric every trained role logs: the planner's unprefixed (`entropy`), another role's as `executor/entropy`;
+ * one series each, the planner's under `label`, another's under "ROLE label". */
+function perRole(metric, label) {
+  const pattern = new RegExp(`^(?:(executor|verifier|generator)/)?${metric}$`);
+  return (k) => {
+    const m = k.match(pattern);
+    return m ? (m[1] ? `${m[1]} ${label}` : label) : null;
+  };
+}
+
 /** Chart groups, in order: [title, test(key) -> series name or null, options]. */
 const GROUPS = [
   [
@@ -20,12 +30,12 @@ const GROUPS = [
   ["Held-out accuracy by kind", (k) => k.match(/^eval\/accuracy\/(.+)$/)?.[1], { unit: "share" }],
   [
     "KL divergence",
-    (k) => ({ kl_ref: "KL to reference (k3)", approx_kl: "KL to rollout policy" })[k],
+    (k) => perRole("kl_ref", "KL to reference (k3)")(k) ?? perRole("approx_kl", "KL to rollout policy")(k),
     { zero: true, order: ["kl_ref", "approx_kl"] },
   ],
-  ["Entropy", (k) => (k === "entropy" ? "entropy" : null), {}],
-  ["Clip fraction", (k) => (k === "clip_fraction" ? "clipped tokens" : null), { unit: "share" }],
-  ["Gradient norm", (k) => (k === "grad_norm" ? "grad norm" : null), { zero: true }],
+  ["Entropy", perRole("entropy", "entropy"), {}],
+  ["Clip fraction", perRole("clip_fraction", "clipped tokens"), { unit: "share" }],
+  ["Gradient norm", perRole("grad_norm", "grad norm"), { zero: true }],
   [
     "Groups without signal, excluded trajectories",
     (k) => ({ no_signal_share: "groups without signal", excluded_share: "excluded (infrastructure)" })[k],

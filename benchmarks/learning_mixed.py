@@ -1,0 +1,162 @@
+"""The mixed task's learning result over seeds: `benchmarks/results/learning_mixed_summary.json`.
+
+Each seed is one `agentflow train` run in a fresh process (its step-0 evaluation is the frozen planner, its last
+one the trained planner, all held-out questions, greedy); the ceiling and the constants come from
+`planner_ceiling.py` on the same questions; `--frozen-again` is one more evaluation of the frozen planner (the
+evaluation's own noise).
+
+    for seed in 0 1 2; do
+        agentflow train -c src/agentflow/configs/train_mixed.yaml --seed $seed --max-steps 15 --out runs/mixed_s$seed
+    done
+    agentflow train -c src/agentflow/configs/train_mixed.yaml --algorithm frozen --out runs/mixed_frozen_again
+    python benchmarks/learning_mixed.py runs/mixed_s0 runs/mixed_s1 runs/mixed_s2 \
+        --frozen-again runs/mixed_frozen_again --ceiling benchmarks/results/mixed_ceiling_heldout.json \
+        --out benchmarks/results/learning_mixed_summary.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+
+def read_metrics(run: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def evaluations(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in rows if "eval/accuracy_all" in r]
+
+
+def per_kind(record: dict[str, Any]) -> dict[str, float]:
+    return {k.removeprefix("eval/accuracy/"): round(v, 4) for k, v in record.items()
+            if k.startswith("eval/accuracy/")}
+
+
+def per_turn(record: dict[str, Any]) -> dict[str, float]:
+    """Share of each action at each turn, e.g. {'turn1/python': 0.33, ...} (zero shares left out)."""
+    return {k.removeprefix("eval/tool/"): round(v, 3) for k, v in record.items()
+            if k.startswith("eval/tool/turn") and v}
+
+
+def per_kind_turn_tools(run: Path, label: str, kinds: dict[str, str]) -> dict[str, dict[str, float]]:
+    """For each kind, the share of each tool sequence in the evaluation `label` (DIR/eval/LABEL.jsonl)."""
+    counts: dict[str, dict[str, int]] = {}
+    for line in (run / "eval" / f"{label}.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        kind = kinds.get(record["id"], "all")
+        sequence = " > ".join(str(t) for t in record["tools"]) or "(none)"
+        counts.setdefault(kind, {}).setdefault(sequence, 0)
+        counts[kind][sequence] += 1
+    return {kind: {seq: round(n / sum(c.values()), 3) for seq, n in sorted(c.items(), key=lambda kv: -kv[1])[:5]}
+            for kind, c in sorted(counts.items())}
+
+
+def question_kinds(config: dict[str, Any]) -> dict[str, str]:
+    from agentflow.train.config import TrainConfig
+    from agentflow.train.data import default_paths, load_questions
+
+    cfg = TrainConfig.model_validate(config)
+    items = load_questions(cfg.data.eval_path or default_paths(cfg.data.task)[1], cfg.data)
+    return {q.id: str(q.meta.get("kind", "all")) for q in items}
+
+
+def seed_summary(run: Path, kinds: dict[str, str]) -> dict[str, Any]:
+    rows = read_metrics(run)
+    config = json.loads((run / "config.json").read_text())
+    evals = evaluations(rows)
+    if len(evals) < 2 or evals[0].get("step") != 0:
+        raise SystemExit(f"{run}: needs the step-0 (frozen) and a final evaluation in metrics.jsonl")
+    frozen, trained = evals[0], evals[-1]
+    steps = [r for r in rows if "seconds/step" in r]
+    train_seconds = sum(r["seconds/step"] for r in steps)
+    last = max(int(p.stem.removeprefix("step-")) for p in (run / "eval").glob("step-*.jsonl"))
+    return {
+        "run": str(run), "seed": config["seed"], "config": config,
+        "frozen_accuracy": frozen["eval/accuracy_all"], "trained_accuracy": trained["eval/accuracy_all"],
+        "held_out_questions": trained["eval/questions"],
+        "frozen_by_kind": per_kind(frozen), "trained_by_kind": per_kind(trained),
+        "frozen_tools_by_turn": per_turn(frozen), "trained_tools_by_turn": per_turn(trained),
+        "frozen_sequences_by_kind": per_kind_turn_tools(run, "step-0", kinds),
+        "trained_sequences_by_kind": per_kind_turn_tools(run, f"step-{last}", kinds),
+        "frozen_tool_choice_accuracy": frozen.get("eval/tool_choice_accuracy"),
+        "trained_tool_choice_accuracy": trained.get("eval/tool_choice_accuracy"),
+        "steps": len(steps),
+        "per_step": {name: [round(r.get(name, 0.0), 4) for r in steps] for name in (
+            "reward_mean", "accuracy", "entropy", "grad_norm", "no_signal_share", "tool_choice_accuracy",
+            "turns_per_trajectory", "clip_fraction_last_epoch", "excluded_share", "seconds/step")},
+        "phase_seconds": {
+            "training_steps": round(train_seconds),
+            "rollouts": round(sum(r.get("seconds/rollout", 0.0) for r in steps)),
+            "updates": round(sum(r.get("seconds/update", 0.0) + r.get("seconds/masks", 0.0)
+                                 + r.get("seconds/old_logprobs", 0.0) + r.get("seconds/ref_logprobs", 0.0)
+                                 for r in steps)),
+            "syncs": round(sum(r.get("sync/seconds", 0.0) for r in steps)),
+            "eval_frozen": round(frozen["eval/seconds"]), "eval_trained": round(trained["eval/seconds"])},
+        "steps_per_hour": round(3600 * len(steps) / max(train_seconds, 1e-9), 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("runs", nargs="+", type=Path, help="one run directory per seed")
+    parser.add_argument("--frozen-again", type=Path, default=None, help="a run of --algorithm frozen")
+    parser.add_argument("--ceiling", type=Path, required=True, help="planner_ceiling.py's JSON (oracle, constants)")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+
+    first_config = json.loads((args.runs[0] / "config.json").read_text())
+    kinds = question_kinds(first_config)
+    seeds = [seed_summary(run, kinds) for run in args.runs]
+    for s in seeds:
+        s.pop("config")
+    ceiling = json.loads(args.ceiling.read_text())
+    constants = {m.removeprefix("const:"): r["accuracy"] for m, r in ceiling.items() if m.startswith("const:")}
+    best = max(constants, key=constants.get)
+    frozen = [s["frozen_accuracy"] for s in seeds]
+    if args.frozen_again is not None:
+        frozen.append(evaluations(read_metrics(args.frozen_again))[0]["eval/accuracy_all"])
+    trained = [s["trained_accuracy"] for s in seeds]
+    frozen_mean, trained_mean = statistics.mean(frozen), statistics.mean(trained)
+    tools = first_config["flow"]["tools"]
+    kind_names = sorted(set(kinds.values()))
+    summary = {
+        "task": first_config["data"]["task"], "kinds": kind_names,
+        "held_out_questions": seeds[0]["held_out_questions"],
+        "max_turns": first_config["flow"]["limits"]["max_turns"],
+        "fixed_tool_inputs": any(isinstance(t, dict) and t.get("input") for t in tools.values()),
+        "planner_writes_whole_reply": first_config.get("planner_prefix") is None,
+        "frozen_accuracy": round(frozen_mean, 4),
+        "frozen_evaluations": frozen,
+        "eval_noise_points": round(100 * (max(frozen) - min(frozen)), 1),
+        "trained_accuracy": round(trained_mean, 4), "trained_accuracy_by_seed": trained,
+        "seeds": [s["seed"] for s in seeds],
+        "gain_over_frozen_points": round(100 * (trained_mean - frozen_mean), 1),
+        "gain_over_frozen_points_by_seed": [round(100 * (s["trained_accuracy"] - s["frozen_accuracy"]), 1)
+                                            for s in seeds],
+        "best_constant_accuracy": constants[best], "best_constant_sequence": best.split("+") if best else [],
+        "gain_over_best_constant_points": round(100 * (trained_mean - constants[best]), 1),
+        "ceiling_accuracy": ceiling["oracle"]["accuracy"], "ceiling_by_kind": ceiling["oracle"]["by_kind"],
+        "best_constant_by_kind": ceiling[f"const:{best}"]["by_kind"],
+        "frozen_by_kind": {k: round(statistics.mean(s["frozen_by_kind"].get(k, 0.0) for s in seeds), 4)
+                           for k in kind_names},
+        "trained_by_kind": {k: round(statistics.mean(s["trained_by_kind"].get(k, 0.0) for s in seeds), 4)
+                            for k in kind_names},
+        "steps": [s["steps"] for s in seeds],
+        "batch_size": first_config["batch_size"], "group_size": first_config["group_size"],
+        "rollout_engine": first_config.get("rollout_engine", {}).get("kind", "transformers"),
+        "steps_per_hour": round(statistics.mean(s["steps_per_hour"] for s in seeds), 1),
+        "wall_seconds_by_phase": {k: [s["phase_seconds"][k] for s in seeds] for k in seeds[0]["phase_seconds"]},
+        "by_seed": seeds,
+    }
+    text = json.dumps(summary, indent=2) + "\n"
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
