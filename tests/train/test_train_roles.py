@@ -236,3 +236,45 @@ def test_eval_runs_a_trained_executor_beside_a_frozen_planner(tmp_path: Path, ba
     assert trajectory.roles["executor"]["adapter"] == str(adapter)
     assert trajectory.roles["planner"]["adapter"] is None
     assert trajectory.infrastructure_failure is None
+
+
+@pytest.mark.slow
+def test_the_bundled_model_trains_planner_and_executor_adapters(tmp_path: Path) -> None:
+    """The real 135M model with two adapters: the planner and the executor both sample through their own
+    adapter in the live flow (python tool: the executor writes the program), and one step moves both."""
+    data = tmp_path / "q.jsonl"
+    gold = {f"What is {a} * {b}?": str(a * b) for a, b in [(4821, 37), (913, 58), (77, 1234), (605, 49)]}
+    data.write_text("".join(json.dumps({"id": f"q{i}", "question": q, "answer": a, "reward": "cover_em"}) + "\n"
+                            for i, (q, a) in enumerate(gold.items())))
+    cfg = TrainConfig.from_dict({
+        "flow": {
+            "engines": {"policy": {"kind": "transformers", "device": "cpu"}, "helper": {"kind": "llamacpp"}},
+            "roles": {"planner": {"engine": "policy", "sampling": {"temperature": 1.0, "max_tokens": 48}},
+                      "executor": {"engine": "policy", "sampling": {"temperature": 1.0, "max_tokens": 40}},
+                      "verifier": {"engine": "helper"}, "generator": {"engine": "helper"},
+                      "tools": {"engine": "helper"}},
+            "tools": {"python": {}}, "limits": {"max_turns": 1, "plan_chars": 30}, "query_analysis": False,
+            "verify": False},
+        "data": {"train_path": str(data), "eval_path": str(data)}, "train_roles": ["planner", "executor"],
+        "lora": {"rank": 4, "alpha": 8}, "batch_size": 2, "group_size": 6, "max_steps": 1, "learning_rate": 1e-3,
+        "kl_coef": 0.0, "save_every": 1, "eval_at_start": False, "eval_every": 0, "eval_size": 1,
+        "export_gguf": False, "torch_threads": 2, "output_dir": str(tmp_path / "run")})
+
+    def generator(messages):  # right or wrong by a hash of the sampled steps it reads: groups carry signal
+        text = messages[-1]["content"]
+        right = gold[text.split("Question: ")[1].split("\n")[0]]
+        return f"<answer>{right if hashlib.sha256(text.encode()).digest()[0] % 2 else 'no'}</answer>"
+
+    Trainer(cfg, engines={"helper": ScriptedEngine(generator)}).run()
+    run = tmp_path / "run"
+    step = next(m for m in metrics(run) if "seconds/rollout" in m)
+    assert step["rows"] > 0 and step["executor/rows"] > 0
+    record = json.loads((run / "rollouts" / "step-000001.jsonl").read_text().splitlines()[0])
+    roles = record["trajectory"]["roles"]
+    assert roles["planner"]["adapter_name"] == "default" and roles["executor"]["adapter_name"] == "executor"
+    assert roles["generator"]["engine_name"] == "helper"
+    weights = torch.load(run / "checkpoints" / "step-000001" / "trainable.pt", weights_only=True)
+    assert step["no_signal_share"] < 1.0   # two groups of six: all twelve of one parity has chance 1 in 1024
+    assert any(v.abs().sum() > 0 for v in lora_b(weights, "default"))
+    assert any(v.abs().sum() > 0 for v in lora_b(weights, "executor"))
+    assert (run / "final" / "executor" / "adapter" / "adapter_config.json").is_file()
