@@ -131,7 +131,8 @@ def main() -> None:
         "planner_writes_whole_reply": first_config.get("planner_prefix") is None,
         "frozen_accuracy": round(frozen_mean, 4),
         "frozen_evaluations": frozen,
-        "eval_noise_points": round(100 * (max(frozen) - min(frozen)), 1),
+        # every seed's step-0 evaluation is one of the frozen planner: their spread is the evaluation's noise
+        "eval_noise_points": round(100 * (max(frozen) - min(frozen)), 1) if len(frozen) > 1 else None,
         "trained_accuracy": round(trained_mean, 4), "trained_accuracy_by_seed": trained,
         "seeds": [s["seed"] for s in seeds],
         "gain_over_frozen_points": round(100 * (trained_mean - frozen_mean), 1),
