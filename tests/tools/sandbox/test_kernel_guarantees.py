@@ -258,7 +258,9 @@ async def test_the_timeout_kills_everything() -> None:
 
 async def test_cancellation_kills_everything() -> None:
     pids: list[int] = []
-    task = asyncio.create_task(run_hostile(SURVIVOR + "while True:\n    pass\n", timeout_s=60.0,
+    # the run's own time limit stays far beyond the waits below: it must not end the program before the test
+    # cancels it (with 60 s it did, on a loaded machine that took long to start the sandbox)
+    task = asyncio.create_task(run_hostile(SURVIVOR + "while True:\n    pass\n", timeout_s=600.0,
                                            on_start=pids.append))
     namespace = None
     # the outer process makes the namespace shortly after it starts, then the program forks its survivor; the
