@@ -26,8 +26,12 @@ runner = CliRunner()
 def _start_view(paths: list[Path], prelude: str = "") -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     env.pop("DISPLAY", None)
+    # the server starts as from a terminal: Ctrl-C's SIGINT at its default, whatever this process inherited (a
+    # child keeps an ignored SIGINT, and Python then installs no KeyboardInterrupt; in the full suite the test
+    # process had it ignored and the server never stopped)
     return subprocess.Popen([sys.executable, "-c", f"{prelude}from agentflow.cli import app; app()", "view",
-                             *map(str, paths)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+                             *map(str, paths)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 # generous: a busy machine must not fail these tests (8 s fired on a 2-core machine running two evaluations
