@@ -16,6 +16,7 @@ given as GGUF (the bundled SmolLM2 is one); other bases get the HF directory and
 
 from __future__ import annotations
 
+import copy
 import logging
 from pathlib import Path
 from typing import Any
@@ -229,8 +230,6 @@ def export_planner(model: torch.nn.Module, tokenizer, out_dir: Path, *, lora: bo
 def _merged_copy(model: torch.nn.Module, adapter: str | None = None) -> torch.nn.Module:
     """The base model with the adapter (`adapter`, of several) merged in, leaving `model` (still training)
     untouched."""
-    import copy
-
     copied = copy.deepcopy(model)
     if adapter is None:
         return copied.merge_and_unload()
@@ -246,8 +245,6 @@ def _save_one_adapter(model: torch.nn.Module, adapter: str, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     state = get_peft_model_state_dict(model, adapter_name=adapter)
     save_file({k: v.detach().cpu().contiguous() for k, v in state.items()}, str(out / "adapter_model.safetensors"))
-    import copy
-
     config = copy.deepcopy(model.peft_config[adapter])  # as PEFT saves: for inference, the live one untouched
     config.inference_mode = True
     config.save_pretrained(str(out))

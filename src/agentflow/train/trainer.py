@@ -309,13 +309,11 @@ class Trainer:
         roles = cfg.train_roles
         by_role = {role: batch.rows(engine_logprobs=self.rollout_policy is not None, role=role) for role in roles}
         for role, (rows, _) in by_role.items():
-            metrics[role_key(role, "rollout_planner_tokens_per_s" if role == "planner" else "rollout_tokens_per_s")] = \
-                sum(len(r.response_ids) for r in rows) / max(batch.seconds, 1e-9)
-        rewards = batch.rewards()
+            metrics[f"rollout_{role}_tokens_per_s"] = sum(len(r.response_ids) for r in rows) / max(batch.seconds, 1e-9)
         n_groups = len({q.id for q in questions})
         advantages = self._advantages(batch, by_role)
         if batch.rollouts:
-            metrics["no_signal_share"] = (no_signal_groups(rewards, batch.group_ids())
+            metrics["no_signal_share"] = (no_signal_groups(batch.rewards(), batch.group_ids())
                                           + n_groups - len(set(batch.group_ids()))) / n_groups
         else:
             metrics["no_signal_share"] = 1.0
