@@ -154,6 +154,77 @@ def test_an_adapter_trained_one_step_changes_what_the_engine_samples(real: Any, 
 
 
 @pytest.mark.slow
+def test_one_engine_serves_each_roles_adapter_per_request(tmp_path: Path) -> None:
+    """Two adapters (planner, executor) over one llama.cpp base, chosen per request, every adapter's requests
+    in flight together: the log-probs llama.cpp reports for each reply are those the trainer's model computes
+    through the same adapter (the base: every scale 0, the model without adapters), within the documented
+    tolerance, and far from those of the other adapter."""
+    import contextlib
+
+    from peft import LoraConfig, get_peft_model
+
+    from agentflow.bundled import bundled_model_path
+    from agentflow.engines.hf import BASE_ADAPTER, load_policy
+    from agentflow.train.export import converted_gguf
+    from agentflow.train.logprobs import pack_rows, response_logprobs
+
+    torch.manual_seed(1)
+    model, tokenizer = load_policy(TransformersEngineConfig(), trainable=True)
+    lora = LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "up_proj"], task_type="CAUSAL_LM")
+    model = get_peft_model(model, lora)
+    model.add_adapter("executor", lora)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "lora_B" in name:
+                param.normal_(0.0, 0.02)
+    model.eval()
+    trainer_engine = TransformersEngine(TransformersEngineConfig(), model=model, tokenizer=tokenizer)
+    engine = LlamaCppPolicyEngine(
+        LlamaCppEngineConfig(model_path=str(converted_gguf(bundled_model_path(), "f16")), n_parallel=6,
+                             n_threads=1, n_ctx=6144),
+        trainer_engine=trainer_engine, work_dir=tmp_path, adapters=["default", "executor"])
+    adapters = ["default", "executor", BASE_ADAPTER]
+
+    async def replies() -> list[Completion]:
+        return list(await asyncio.gather(*(
+            engine.generate(messages(q), SamplingParams(temperature=0.0, max_tokens=32), json_schema=SCHEMA,
+                            adapter=a) for a in adapters for q in QUESTIONS)))
+
+    def gap(completions: list[Completion], adapter: str) -> float:
+        """Mean |llama.cpp's log-prob - the trainer's through `adapter`| over the replies' tokens."""
+        rows = [TurnRow(0, c.prompt_token_ids, c.token_ids, c.logprobs) for c in completions]
+        packed = pack_rows(rows, pad_id=tokenizer.pad_token_id)
+        context = model.disable_adapter() if adapter == BASE_ADAPTER else contextlib.nullcontext()
+        if adapter != BASE_ADAPTER:
+            model.set_adapter(adapter)
+        with torch.no_grad(), context:
+            _, _, raw = response_logprobs(model, packed, with_raw=True)
+        assert raw is not None
+        deltas = [(raw[j, raw.shape[1] - len(r.response_ids):] - torch.tensor(r.old_logprobs)).abs()
+                  for j, r in enumerate(rows)]
+        delta = torch.cat(deltas)
+        return float(delta[~torch.isnan(delta)].mean())
+
+    try:
+        report = engine.sync(model, 1)
+        assert sorted(p.name for p in tmp_path.glob("*.gguf")) == ["adapter-000001.gguf",
+                                                                  "adapter-executor-000001.gguf"]
+        assert report["sync/bytes"] > 0
+        done = asyncio.run(replies())
+        by_adapter = {a: done[i * len(QUESTIONS):(i + 1) * len(QUESTIONS)] for i, a in enumerate(adapters)}
+        texts = {a: [c.text for c in cs] for a, cs in by_adapter.items()}
+        assert texts["default"] != texts["executor"] != texts[BASE_ADAPTER]
+        for adapter, completions in by_adapter.items():
+            own = gap(completions, adapter)
+            others = [gap(completions, other) for other in adapters if other != adapter]
+            assert own < 0.02, adapter
+            assert all(other > 5 * own for other in others), (adapter, own, others)
+    finally:
+        model.set_adapter("default")
+        asyncio.run(engine.aclose())
+
+
+@pytest.mark.slow
 def test_a_failed_sync_leaves_an_engine_that_refuses_to_sample(real: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     model, trainer_engine, engine = real
 
@@ -346,10 +417,19 @@ class FakeVLLM:
             def log_message(self, *args: Any) -> None:
                 pass
 
+            def do_GET(self) -> None:  # noqa: N802 - the http.server API
+                fake.requests.append((self.path, {}))
+                cards = [{"id": "base-model", "object": "model", "root": "base-model", "parent": None}]
+                cards += [{"id": name, "object": "model", "root": "/adapters/" + name, "parent": "base-model"}
+                          for name in sorted(fake.loaded)]
+                self.reply(200, {"object": "list", "data": cards})
+
             def do_POST(self) -> None:  # noqa: N802 - the http.server API
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 fake.requests.append((self.path, body))
-                status, answer = fake.answer(self.path, body)
+                self.reply(*fake.answer(self.path, body))
+
+            def reply(self, status: int, answer: Any) -> None:
                 data = json.dumps(answer).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
@@ -372,7 +452,7 @@ class FakeVLLM:
             self.loaded.discard(body["lora_name"])
             return 200, "Success"
         if path == "/v1/completions":
-            if body["model"] not in self.loaded:
+            if body["model"] not in self.loaded | {"base-model"}:
                 return 404, {"error": f"The model `{body['model']}` does not exist."}
             return 200, {"choices": [{"text": "", "finish_reason": "stop", "logprobs": {
                 "tokens": [f"token_id:{i}" for i in self.reply_ids],
@@ -443,6 +523,66 @@ def test_the_vllm_engine_speaks_vllms_protocol(tmp_path: Path) -> None:
         gone.sync(model, 5)
     with pytest.raises(StalePolicyError):
         asyncio.run(gone.generate(messages("q"), sampling))
+
+
+def test_the_vllm_engine_serves_one_adapter_per_role_and_the_base(tmp_path: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+
+    from agentflow.engines.hf import BASE_ADAPTER
+    from agentflow.train.engine_rollout import VLLMPolicyEngine
+
+    trainer_engine = tiny.policy()
+    model = get_peft_model(trainer_engine.model, LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
+    model.add_adapter("executor", LoraConfig(r=2, lora_alpha=4, target_modules=["q_proj"]))
+    fake = FakeVLLM(trainer_engine.tokenizer("42", add_special_tokens=False)["input_ids"])
+    engine = VLLMPolicyEngine(base_url=fake.url, trainer_engine=trainer_engine, adapter_dir=tmp_path,
+                              adapters=["default", "executor"])
+    sampling = SamplingParams(temperature=1.0, max_tokens=8)
+    try:
+        engine.sync(model, 1)
+        assert fake.loaded == {"agentflow-policy-v1", "agentflow-executor-v1"}
+        for adapter in ("default", "executor"):  # each saved alone, in PEFT's plain layout
+            assert (tmp_path / engine.served_name(adapter, 1) / "adapter_model.safetensors").is_file()
+        for adapter, model_name in (("default", "agentflow-policy-v1"), ("executor", "agentflow-executor-v1"),
+                                    (BASE_ADAPTER, "base-model")):
+            asyncio.run(engine.generate(messages("q"), sampling, adapter=adapter))
+            assert fake.requests[-1][1]["model"] == model_name
+        with pytest.raises(ValueError, match="must name one"):
+            asyncio.run(engine.generate(messages("q"), sampling))
+        engine.sync(model, 2)
+        assert fake.loaded == {"agentflow-policy-v2", "agentflow-executor-v2"}  # the previous ones unloaded
+        asyncio.run(engine.generate(messages("q"), sampling, adapter="executor"))
+        assert fake.requests[-1][1]["model"] == "agentflow-executor-v2"
+    finally:
+        asyncio.run(engine.aclose())
+        fake.close()
+
+
+def test_the_llamacpp_engine_names_each_requests_adapter(tmp_path: Path) -> None:
+    from agentflow.engines.hf import BASE_ADAPTER
+
+    (tmp_path / "base.gguf").write_bytes(b"")  # never loaded: the requests are only built
+
+    def engine(adapters: list[str] | None) -> LlamaCppPolicyEngine:
+        return LlamaCppPolicyEngine(LlamaCppEngineConfig(model_path=str(tmp_path / "base.gguf")),
+                                    trainer_engine=tiny.policy(), work_dir=tmp_path, adapters=adapters)
+
+    sampling = SamplingParams(temperature=1.0, max_tokens=8)
+    planner_only = engine(None)  # the planner's adapter, applied to every request at scale 1
+    assert "lora" not in planner_only.completion_body([1, 2], sampling, None)
+    with pytest.raises(ValueError, match="planner's adapter only"):
+        planner_only.completion_body([1, 2], sampling, None, "executor")
+    two = engine(["default", "executor"])
+    two.adapter_paths = {"default": tmp_path / "a.gguf", "executor": tmp_path / "b.gguf"}
+    assert two.lora_files() == [(tmp_path / "a.gguf", 0.0), (tmp_path / "b.gguf", 0.0)]
+    assert two.completion_body([1], sampling, None, "executor")["lora"] == [{"id": 0, "scale": 0.0},
+                                                                             {"id": 1, "scale": 1.0}]
+    assert two.completion_body([1], sampling, None, "default")["lora"] == [{"id": 0, "scale": 1.0},
+                                                                            {"id": 1, "scale": 0.0}]
+    assert all(e["scale"] == 0.0 for e in two.completion_body([1], sampling, None, BASE_ADAPTER)["lora"])
+    for wrong, match in ((None, "must name one"), ("verifier", "unknown adapter")):
+        with pytest.raises(ValueError, match=match):
+            two.completion_body([1], sampling, None, wrong)
 
 
 def test_a_rollout_engine_that_syncs_adapters_is_refused_without_lora_or_an_address() -> None:

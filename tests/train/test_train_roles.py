@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from agentflow.config import FlowConfig, TransformersEngineConfig
+from agentflow.engines.base import Engine
 from agentflow.engines.hf import BASE_ADAPTER, AdapterView, TransformersEngine, load_policy
 from agentflow.engines.scripted import ScriptedEngine
 from agentflow.errors import ConfigError
@@ -207,7 +208,6 @@ def test_the_config_refuses_what_it_cannot_train(tmp_path: Path, base: Path) -> 
     flow["roles"]["executor"]["engine"] = "helper"
     refused("every trained role must be on one engine", flow=flow)
     refused("needs lora.enabled", lora={"enabled": False})
-    refused("serves the planner's adapter only", rollout_engine={"kind": "llamacpp"})
     refused("which train_roles does not train", role_optim={"verifier": {"learning_rate": 1e-3}})
     refused("each trained role once", train_roles=["planner", "planner"])
     cfg = TrainConfig.from_dict({**good, "role_optim": {"executor": {"learning_rate": 1e-3, "max_grad_norm": 0.5}}})
@@ -216,6 +216,64 @@ def test_the_config_refuses_what_it_cannot_train(tmp_path: Path, base: Path) -> 
     # the trained roles sample in rollouts and are greedy in evaluation
     assert cfg.rollout_flow_config().roles.executor.sampling.temperature == 1.0
     assert cfg.eval_flow_config().roles.executor.sampling.temperature == 0.0
+
+
+class AdapterRecorder(Engine):
+    """Stands in for the llama.cpp rollout engine of a two-role run: samples with the trainer's engine through
+    the adapter each request names, only from synced weights, and records which role's call named which."""
+
+    supports_json_schema = True
+    model_name = "recorder"
+
+    def __init__(self, trainer_engine: TransformersEngine, adapters: list[str]) -> None:
+        self.trainer_engine = trainer_engine
+        self.adapters = adapters
+        self.weights_version: int | None = None
+        self.stale: str | None = None
+        self.calls: list[tuple[str, str]] = []
+
+    def sync(self, model: torch.nn.Module, version: int) -> dict[str, float]:
+        self.weights_version = version
+        return {"sync/seconds": 0.0, "sync/bytes": 1.0}
+
+    async def generate(self, messages, sampling, *, json_schema=None, adapter=None):
+        assert self.weights_version == self.trainer_engine.weights_version, "a rollout on stale weights"
+        assert adapter in self.adapters or adapter == BASE_ADAPTER
+        system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
+        self.calls.append((system[:40], adapter))
+        return await self.trainer_engine.generate(messages, sampling, json_schema=json_schema, adapter=adapter)
+
+    def seed_sampling(self, seed: int) -> None:
+        self.trainer_engine.seed_sampling(seed)
+
+    def sampling_state(self) -> dict[str, torch.Tensor]:
+        return self.trainer_engine.sampling_state()
+
+    def load_sampling_state(self, state: dict[str, torch.Tensor]) -> None:
+        self.trainer_engine.load_sampling_state(state)
+
+
+def test_a_two_role_run_rolls_out_through_the_inference_engine_one_adapter_per_role(
+        tmp_path: Path, base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentflow.planner import PLANNER_SYSTEM
+
+    engines: list[AdapterRecorder] = []
+
+    def recorder(self: Trainer, policy: TransformersEngine) -> AdapterRecorder:
+        engines.append(AdapterRecorder(policy, ["default", "executor"]))
+        return engines[-1]
+
+    monkeypatch.setattr(Trainer, "_llamacpp_policy", recorder)
+    cfg = config(tmp_path, base, "engine", 2, rollout_engine={"kind": "llamacpp"})
+    Trainer(cfg, engines={"helper": helper()}).run()
+    calls = engines[0].calls
+    planner = {adapter for system, adapter in calls if system == PLANNER_SYSTEM[:40]}
+    others = {adapter for system, adapter in calls if system != PLANNER_SYSTEM[:40]}
+    assert planner == {"default"} and others == {"executor"}  # every call went through its role's adapter
+    steps = [m for m in metrics(tmp_path / "engine") if "seconds/rollout" in m]
+    assert all(m["rows"] > 0 and m["executor/rows"] > 0 for m in steps)
+    # each role's engine rows were recomputed by the trainer (its own gap metrics)
+    assert all("logprob_gap/mean" in m and "executor/logprob_gap/mean" in m for m in steps)
 
 
 def test_eval_runs_a_trained_executor_beside_a_frozen_planner(tmp_path: Path, base: Path) -> None:

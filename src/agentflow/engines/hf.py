@@ -526,11 +526,12 @@ BASE_ADAPTER = "__base__"
 
 
 class AdapterView(Engine):
-    """One role's view of a TransformersEngine whose model holds one LoRA adapter per role: every request goes
-    through `adapter` (`BASE_ADAPTER`: the base model), batched with the other requests for the same adapter.
-    The model and its batcher are shared; closing a view leaves them to the engine itself."""
+    """One role's view of an engine whose model holds one LoRA adapter per role (a TransformersEngine, or the
+    trainer's llama.cpp rollout engine): every request goes through `adapter` (`BASE_ADAPTER`: the base
+    model), batched with the other requests for the same adapter. The model is shared; closing a view leaves
+    it to the engine itself."""
 
-    def __init__(self, engine: TransformersEngine, adapter: str) -> None:
+    def __init__(self, engine: Any, adapter: str) -> None:
         self.engine = engine
         self.adapter = adapter
         self.model_name = engine.model_name

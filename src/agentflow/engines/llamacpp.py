@@ -146,8 +146,6 @@ class LlamaCppEngine(Engine):
         self._slots: asyncio.Semaphore | None = None
         self._slots_loop: asyncio.AbstractEventLoop | None = None
         self.load_seconds: float | None = None
-        self.lora_path: Path | None = None
-        """A llama.cpp LoRA file applied over the model (scale 1) from the next load on."""
 
     # -- loading -------------------------------------------------------------------------------------------
 
@@ -164,23 +162,28 @@ class LlamaCppEngine(Engine):
             # that listener private; direct calls do not need it.
             params = _build_params(self.config, self.model_path, self.n_threads,
                                    api_key=secrets.token_urlsafe(24))
-            if self.lora_path is not None:
-                adapter = xllamacpp.CommonAdapterLoraInfo()
-                adapter.path, adapter.scale = str(self.lora_path), 1.0
-                params.lora_adapters = [adapter]
+            adapters = self.lora_files()
+            if adapters:
+                params.lora_adapters = [xllamacpp.CommonAdapterLoraInfo(str(path), scale)
+                                        for path, scale in adapters]
             started = time.perf_counter()
             try:
                 self._server = xllamacpp.Server(params)
             except RuntimeError as err:  # xllamacpp gives no detail; retrying would not help
-                adapter = f" with the adapter {self.lora_path}" if self.lora_path else ""
+                adapter = f" with the adapters {[str(p) for p, _ in adapters]}" if adapters else ""
                 raise ConfigError(f"llama.cpp could not load {self.model_path}{adapter}: not a valid GGUF file, "
                                   f"or too large for memory (set logging to DEBUG to see llama.cpp's log)") from err
             self.load_seconds = time.perf_counter() - started
             log.info("llama.cpp loaded %s in %.2fs (n_ctx=%d, n_parallel=%d, n_threads=%d)", self.model_name,
                      self.load_seconds, self.config.n_ctx, self.config.n_parallel, self.n_threads)
 
+    def lora_files(self) -> list[tuple[Path, float]]:
+        """The llama.cpp LoRA files to load over the model, each with its default scale (none here; the
+        trainer's rollout engine loads its adapters)."""
+        return []
+
     def reload(self) -> None:
-        """Free the model and load it again (with the current `lora_path`); no request may be running."""
+        """Free the model and load it again (with the current `lora_files`); no request may be running."""
         with self._load_lock:
             self._server = None
         self.load()

@@ -276,9 +276,6 @@ class TrainConfig(_Strict):
                                  "LoRA adapter per role over one base)")
             if self.algorithm == "sft":
                 raise ValueError("algorithm 'sft' trains the planner only: train_roles must be [planner]")
-            if self.rollout_engine.kind != "transformers":
-                raise ValueError(f"rollout_engine kind {self.rollout_engine.kind!r} serves the planner's adapter "
-                                 "only: with other trained roles, roll out on kind 'transformers'")
         flow = self.rollout_flow_config()
         for role in roles:
             top_p = getattr(flow.roles, role).sampling.top_p

@@ -45,7 +45,7 @@ from agentflow.clock import waiting_for_capacity
 from agentflow.config import LlamaCppEngineConfig
 from agentflow.engines.base import Completion, Engine, Message, SamplingParams
 from agentflow.engines.constrained import COMPACT_JSON
-from agentflow.engines.hf import TransformersEngine, _cut_at_stop, _stop_string_end
+from agentflow.engines.hf import BASE_ADAPTER, TransformersEngine, _cut_at_stop, _stop_string_end
 from agentflow.engines.llamacpp import NEUTRAL_SAMPLER, LlamaCppEngine, parse_completion_error
 from agentflow.errors import EngineContextOverflowError, EngineResponseError, EngineUnavailableError
 from agentflow.train.policy import is_planner_call
@@ -154,20 +154,39 @@ class PolicyRollout:
 
 
 class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
-    """The policy's rollout engine: llama.cpp over an F16 base with the trainer's current LoRA adapter.
+    """The policy's rollout engine: llama.cpp over an F16 base with the trainer's current LoRA adapters.
 
     `trainer_engine` is the trainer's TransformersEngine (its tokenizer builds every prompt; a planner prefix,
-    if any, is applied the same way). `work_dir` holds the adapter file of the current weights.
+    if any, is applied the same way). `work_dir` holds the adapter files of the current weights. `adapters`
+    names the PEFT adapters to serve: the planner's alone (`default`, applied to every request), or one per
+    trained role, all loaded at once and chosen per request (`generate(adapter=...)`: llama.cpp's per-request
+    LoRA scales, 1 for the role's adapter and 0 for the others; `BASE_ADAPTER` sets them all to 0, the frozen
+    base). llama.cpp decodes requests together only when their adapters agree, and a request with several
+    adapters served does not reuse a cached prompt (the cache does not know which adapter computed it).
     """
 
-    def __init__(self, config: LlamaCppEngineConfig, *, trainer_engine: TransformersEngine, work_dir: Path) -> None:
+    def __init__(self, config: LlamaCppEngineConfig, *, trainer_engine: TransformersEngine, work_dir: Path,
+                 adapters: list[str] | None = None) -> None:
         super().__init__(config)
         self._init_policy(trainer_engine)
         self.work_dir = work_dir
         self._n_ctx_slot = config.n_ctx // config.n_parallel
+        self.adapters = list(adapters or ["default"])
+        self.adapter_paths: dict[str, Path] = {}
+        """Each served adapter's current llama.cpp LoRA file (filled by `sync`)."""
+
+    @property
+    def per_request(self) -> bool:
+        """Several adapters, or a non-planner one: each request names its adapter."""
+        return self.adapters != ["default"]
+
+    def lora_files(self) -> list[tuple[Path, float]]:
+        # per-request adapters start at scale 0: a request that names none decodes with the base
+        return [(self.adapter_paths[name], 0.0 if self.per_request else 1.0) for name in self.adapters
+                if name in self.adapter_paths]
 
     def sync(self, model: torch.nn.Module, version: int) -> dict[str, float]:
-        """Load the adapter of `model` (the trainer's weights `version`) into llama.cpp; returns seconds and
+        """Load the adapters of `model` (the trainer's weights `version`) into llama.cpp; returns seconds and
         bytes. On failure the engine is marked stale (every generate raises StalePolicyError) and the error
         is raised."""
         from agentflow.train.export import write_lora_gguf
@@ -175,20 +194,27 @@ class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
         self._check_idle()
         started = time.perf_counter()
         self.work_dir.mkdir(parents=True, exist_ok=True)
-        target = self.work_dir / f"adapter-{version:06d}.gguf"
-        staging = target.with_suffix(".gguf.partial")
+        targets = {name: self.work_dir / (f"adapter-{version:06d}.gguf" if name == "default" else
+                                          f"adapter-{name}-{version:06d}.gguf") for name in self.adapters}
+        size = 0
+        previous = dict(self.adapter_paths)
         try:
-            size = write_lora_gguf(model, template=self.model_path, out=staging)
-            os.replace(staging, target)
+            for name, target in targets.items():
+                staging = target.with_suffix(".gguf.partial")
+                try:
+                    size += write_lora_gguf(model, template=self.model_path, out=staging, adapter=name)
+                    os.replace(staging, target)
+                finally:
+                    staging.unlink(missing_ok=True)
             written = time.perf_counter() - started
-            previous, self.lora_path = self.lora_path, target
+            self.adapter_paths = targets
             self.reload()
         except Exception as err:
-            staging.unlink(missing_ok=True)
             self._failed_sync(version, err)
             raise
-        if previous is not None and previous != target:
-            previous.unlink(missing_ok=True)
+        for name, path in previous.items():
+            if path != targets.get(name):
+                path.unlink(missing_ok=True)
         self._synced(version)
         seconds = time.perf_counter() - started
         log.debug("synced weights version %d to llama.cpp in %.2fs (%d bytes)", version, seconds, size)
@@ -196,7 +222,7 @@ class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
                 "sync/bytes": float(size)}
 
     def completion_body(self, prompt: list[int], sampling: SamplingParams,
-                        json_schema: dict[str, Any] | None) -> dict[str, Any]:
+                        json_schema: dict[str, Any] | None, adapter: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "prompt": prompt, "n_predict": sampling.max_tokens, "temperature": sampling.temperature,
             "top_p": sampling.top_p, **NEUTRAL_SAMPLER, "n_probs": 1, "post_sampling_probs": False,
@@ -204,14 +230,30 @@ class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
         }
         if json_schema is not None:
             body["grammar"] = llguidance_grammar(json_schema)
+        if self.per_request:
+            body["lora"] = self.lora_scales(adapter)
+            # llama.cpp would reuse a slot's cached prompt computed under another adapter (measured: the base's
+            # log-probs 0.037 nats off, 0.003 without the cache): with several adapters, every prompt is fresh
+            body["cache_prompt"] = False
+        elif adapter not in (None, "default"):
+            raise ValueError(f"this engine serves the planner's adapter only, not {adapter!r}")
         return body
+
+    def lora_scales(self, adapter: str | None) -> list[dict[str, Any]]:
+        """llama.cpp's per-request LoRA list: scale 1 for `adapter`, 0 for every other (all 0: the base)."""
+        if adapter is None:
+            raise ValueError(f"this engine serves the adapters {self.adapters}: each request must name one "
+                             f"(or {BASE_ADAPTER!r}, the base)")
+        if adapter != BASE_ADAPTER and adapter not in self.adapters:
+            raise ValueError(f"unknown adapter {adapter!r}; this engine serves {self.adapters}")
+        return [{"id": i, "scale": 1.0 if name == adapter else 0.0} for i, name in enumerate(self.adapters)]
 
     def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
         self.load()
         return self._server.handle_completions(body)
 
     async def generate(self, messages: list[Message], sampling: SamplingParams, *,
-                       json_schema: dict[str, Any] | None = None) -> Completion:
+                       json_schema: dict[str, Any] | None = None, adapter: str | None = None) -> Completion:
         self._check_synced()
         schema = json_schema if self.supports_json_schema else None
         prompt = self.prompt_ids(messages)
@@ -219,7 +261,7 @@ class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
             raise EngineContextOverflowError(
                 f"prompt ({len(prompt)} tokens) + max_tokens ({sampling.max_tokens}) exceeds a llama.cpp slot's "
                 f"context ({self._n_ctx_slot} = n_ctx / n_parallel)")
-        body = self.completion_body(prompt, sampling, schema)
+        body = self.completion_body(prompt, sampling, schema, adapter)
         slots = self._capacity()
         with waiting_for_capacity():
             await slots.acquire()
@@ -242,7 +284,8 @@ class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
         return self._reply(messages, prompt, ids, logprobs, finish, sampling, time.perf_counter() - started)
 
     def describe(self) -> dict[str, Any]:
-        return {**super().describe(), "engine": "llamacpp-policy", "adapter": str(self.lora_path),
+        return {**super().describe(), "engine": "llamacpp-policy",
+                "adapters": {name: str(path) for name, path in self.adapter_paths.items()},
                 "weights_version": self.weights_version,
                 "logprobs": "raw model log-probs (temperature 1, no grammar mask) of the sampled tokens; the "
                             "trainer corrects the gap (truncated importance sampling)"}
@@ -257,24 +300,32 @@ class VLLMPolicyEngine(PolicyRollout, Engine):
       `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True vllm serve BASE --enable-lora --max-lora-rank R`, its
       structured outputs on the guidance (llguidance) backend, so that `x-guidance` sets the JSON layout the
       trainer's masks replay;
-    - `sync` saves the adapter in PEFT's format under `adapter_dir` (a folder the server can read), loads it
-      with `POST /v1/load_lora_adapter {lora_name, lora_path}` under a name per weights version, and unloads
-      the previous one (`/v1/unload_lora_adapter`);
+    - `sync` saves each served adapter in PEFT's format under `adapter_dir` (a folder the server can read),
+      loads it with `POST /v1/load_lora_adapter {lora_name, lora_path}` under a name per adapter and weights
+      version, and unloads the previous ones (`/v1/unload_lora_adapter`); `max_loras` on the server must
+      allow one per trained role;
     - `generate` sends the prompt as token ids to `POST /v1/completions` with the current adapter's name as
-      the model, `logprobs: 1` and `return_tokens_as_token_ids`, and reads back the sampled ids
+      the model (with several adapters, the request's `adapter=`; `BASE_ADAPTER`: the base model, the
+      entry of `GET /v1/models` that has no parent), `logprobs: 1` and `return_tokens_as_token_ids`, and
+      reads back the sampled ids
       (`token_id:N`) and their log-probs, which vLLM reports raw (before temperature and processors, its
       default `logprobs_mode`), the same quantity llama.cpp reports and the trainer's gap compares.
     """
 
     def __init__(self, *, base_url: str, trainer_engine: TransformersEngine, adapter_dir: Path,
-                 api_key: str | None = None, timeout_s: float = 600.0, max_concurrency: int = 64) -> None:
+                 api_key: str | None = None, timeout_s: float = 600.0, max_concurrency: int = 64,
+                 adapters: list[str] | None = None) -> None:
         import httpx
 
         self._init_policy(trainer_engine)
         self.base_url = base_url.rstrip("/")
         self.adapter_dir = adapter_dir
         self.model_name = "agentflow-policy"
-        self.adapter_name: str | None = None
+        self.adapters = list(adapters or ["default"])
+        self.served: dict[str, str] = {}
+        """Each adapter's name on the server at the current weights version (filled by `sync`)."""
+        self.base_model: str | None = None
+        """The server's base model name (for `BASE_ADAPTER` requests; read from /v1/models on first use)."""
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._headers = headers
         self._timeout = httpx.Timeout(timeout_s, connect=10.0)
@@ -288,37 +339,70 @@ class VLLMPolicyEngine(PolicyRollout, Engine):
         if response.status_code >= 400:
             raise EngineUnavailableError(f"vLLM {path} answered {response.status_code}: {response.text[:500]}")
 
+    def served_name(self, adapter: str, version: int) -> str:
+        return f"agentflow-{'policy' if adapter == 'default' else adapter}-v{version}"
+
     def sync(self, model: torch.nn.Module, version: int) -> dict[str, float]:
-        """Save the adapter of `model` and load it into vLLM under a new name; unload the previous one."""
+        """Save the adapters of `model` and load them into vLLM under new names; unload the previous ones."""
         import httpx
+
+        from agentflow.train.export import save_one_adapter
 
         self._check_idle()
         started = time.perf_counter()
-        name = f"agentflow-policy-v{version}"
-        folder = self.adapter_dir / name
+        names = {adapter: self.served_name(adapter, version) for adapter in self.adapters}
+        size, load_seconds = 0, 0.0
         try:
-            model.save_pretrained(str(folder))
-            size = sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
-            written = time.perf_counter() - started
-            self._post("/load_lora_adapter", {"lora_name": name, "lora_path": str(folder.resolve())})
+            for adapter, name in names.items():
+                folder = self.adapter_dir / name
+                save_one_adapter(model, adapter, folder)
+                size += sum(f.stat().st_size for f in folder.rglob("*") if f.is_file())
+                loading = time.perf_counter()
+                self._post("/load_lora_adapter", {"lora_name": name, "lora_path": str(folder.resolve())})
+                load_seconds += time.perf_counter() - loading
         except (httpx.HTTPError, EngineUnavailableError, OSError, ValueError) as err:
             self._failed_sync(version, err)
             raise
-        previous, self.adapter_name = self.adapter_name, name
+        previous, self.served = self.served, names
         self._synced(version)
-        if previous is not None and previous != name:
+        for name in set(previous.values()) - set(names.values()):
             try:
-                self._post("/unload_lora_adapter", {"lora_name": previous})
+                self._post("/unload_lora_adapter", {"lora_name": name})
             except (httpx.HTTPError, EngineUnavailableError) as err:  # a leftover adapter costs memory, not truth
-                log.warning("vLLM kept the previous adapter %s: %s", previous, err)
+                log.warning("vLLM kept the previous adapter %s: %s", name, err)
         seconds = time.perf_counter() - started
-        return {"sync/seconds": seconds, "sync/write_seconds": written, "sync/load_seconds": seconds - written,
-                "sync/bytes": float(size)}
+        return {"sync/seconds": seconds, "sync/write_seconds": seconds - load_seconds,
+                "sync/load_seconds": load_seconds, "sync/bytes": float(size)}
+
+    def _model(self, adapter: str | None) -> str:
+        """The `model` a request names: the adapter's served name, or the base model's."""
+        if adapter is None and self.adapters == ["default"]:
+            adapter = "default"
+        if adapter == BASE_ADAPTER:
+            if self.base_model is None:
+                self.base_model = self._read_base_model()
+            return self.base_model
+        if adapter not in self.served:
+            raise ValueError(f"this engine serves the adapters {self.adapters}: each request must name one "
+                             f"(or {BASE_ADAPTER!r}, the base), got {adapter!r}")
+        return self.served[adapter]
+
+    def _read_base_model(self) -> str:
+        import httpx
+
+        try:
+            response = httpx.get(f"{self.base_url}/models", headers=self._headers, timeout=self._timeout)
+            response.raise_for_status()
+            cards = response.json()["data"]
+            return next(str(card["id"]) for card in cards if not card.get("parent"))
+        except (httpx.HTTPError, KeyError, TypeError, ValueError, StopIteration) as err:
+            raise EngineUnavailableError(f"vLLM at {self.base_url}: no base model in /models: "
+                                         f"{type(err).__name__}: {err}") from err
 
     def completion_body(self, prompt: list[int], sampling: SamplingParams,
-                        json_schema: dict[str, Any] | None) -> dict[str, Any]:
+                        json_schema: dict[str, Any] | None, adapter: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "model": self.adapter_name, "prompt": prompt, "max_tokens": sampling.max_tokens,
+            "model": self._model(adapter), "prompt": prompt, "max_tokens": sampling.max_tokens,
             "temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": -1, "min_p": 0.0,
             "repetition_penalty": 1.0, "seed": self._seed(sampling), "logprobs": 1,
             "return_tokens_as_token_ids": True, "skip_special_tokens": False,
@@ -328,12 +412,14 @@ class VLLMPolicyEngine(PolicyRollout, Engine):
         return body
 
     async def generate(self, messages: list[Message], sampling: SamplingParams, *,
-                       json_schema: dict[str, Any] | None = None) -> Completion:
+                       json_schema: dict[str, Any] | None = None, adapter: str | None = None) -> Completion:
         import httpx
 
         self._check_synced()
         prompt = self.prompt_ids(messages)
-        body = self.completion_body(prompt, sampling, json_schema if self.supports_json_schema else None)
+        if adapter == BASE_ADAPTER and self.base_model is None:
+            self.base_model = await asyncio.to_thread(self._read_base_model)
+        body = self.completion_body(prompt, sampling, json_schema if self.supports_json_schema else None, adapter)
         if self._client is None:
             self._client = httpx.AsyncClient(headers=self._headers, timeout=self._timeout)
         started = time.perf_counter()
@@ -368,7 +454,7 @@ class VLLMPolicyEngine(PolicyRollout, Engine):
             self._client = None
 
     def describe(self) -> dict[str, Any]:
-        return {"engine": "vllm-policy", "base_url": self.base_url, "adapter": self.adapter_name,
+        return {"engine": "vllm-policy", "base_url": self.base_url, "adapters": dict(self.served),
                 "weights_version": self.weights_version,
                 "logprobs": "raw model log-probs of the sampled tokens (vLLM's default logprobs_mode); the "
                             "trainer corrects the gap (truncated importance sampling)"}

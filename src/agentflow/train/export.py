@@ -117,18 +117,21 @@ def write_gguf(state: dict[str, torch.Tensor], *, template: Path, out: Path, fil
     return out
 
 
-def write_lora_gguf(model: torch.nn.Module, *, template: Path, out: Path) -> int:
-    """Write the PEFT LoRA adapter of `model` (one adapter, on a llama base given as the GGUF `template`) as
-    a llama.cpp LoRA file; returns its size in bytes.
+def write_lora_gguf(model: torch.nn.Module, *, template: Path, out: Path, adapter: str = "default") -> int:
+    """Write the PEFT LoRA adapter `adapter` of `model` (on a llama base given as the GGUF `template`) as a
+    llama.cpp LoRA file; returns its size in bytes.
 
     llama.cpp adds scale * alpha / rank * B (A x) to each adapted matrix, A stored (rank, in) and B (out,
     rank) under the base tensor's name + `.lora_a` / `.lora_b`. B of q and k projections gets the same row
     permutation as their base matrices (`rotary_permute`). F32 throughout: the adapter is small."""
     import gguf
 
-    config = next(iter(model.peft_config.values()))
+    if adapter not in model.peft_config:
+        raise ValueError(f"the model has no LoRA adapter {adapter!r} (it has {sorted(model.peft_config)})")
+    config = model.peft_config[adapter]
     _, n_head, n_head_kv = _llama_template(template)
-    state = {name: tensor for name, tensor in model.state_dict().items() if ".lora_" in name}
+    state = {name: tensor for name, tensor in model.state_dict().items()
+             if f".lora_A.{adapter}." in name or f".lora_B.{adapter}." in name}
     writer = gguf.GGUFWriter(str(out), "llama")
     writer.add_type(gguf.GGUFType.ADAPTER)
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
@@ -137,7 +140,7 @@ def write_lora_gguf(model: torch.nn.Module, *, template: Path, out: Path) -> int
     for name, a in state.items():
         if ".lora_A." not in name:
             continue
-        base = name.removeprefix("base_model.model.").replace(".lora_A.default", "")
+        base = name.removeprefix("base_model.model.").replace(f".lora_A.{adapter}", "")
         target = gguf_name(base)
         if target is None:
             raise ValueError(f"LoRA on {base!r}: llama.cpp has no tensor for it")
@@ -208,7 +211,7 @@ def export_planner(model: torch.nn.Module, tokenizer, out_dir: Path, *, lora: bo
         if adapter is None:
             model.save_pretrained(str(out_dir / "adapter"))
         else:
-            _save_one_adapter(model, adapter, out_dir / "adapter")
+            save_one_adapter(model, adapter, out_dir / "adapter")
         merged = _merged_copy(model, adapter)
     else:
         merged = model
@@ -236,7 +239,7 @@ def _merged_copy(model: torch.nn.Module, adapter: str | None = None) -> torch.nn
     return copied.merge_and_unload(adapter_names=[adapter])
 
 
-def _save_one_adapter(model: torch.nn.Module, adapter: str, out: Path) -> None:
+def save_one_adapter(model: torch.nn.Module, adapter: str, out: Path) -> None:
     """One adapter of several, in PEFT's folder layout (adapter_config.json, adapter_model.safetensors) under
     `out` itself: PEFT's own `save_pretrained` puts any adapter but `default` in a sub-folder named after it."""
     from peft import get_peft_model_state_dict

@@ -80,10 +80,11 @@ def adapter_name(role: str) -> str:
     return "default" if role == "planner" else role
 
 
-def role_views(flow: FlowConfig, policy: TransformersEngine, config: Any) -> dict[str, Engine]:
+def role_views(flow: FlowConfig, policy: Engine, config: Any) -> dict[str, Engine]:
     """Point every role that runs on the policy engine at its own view of it (`ENGINE@ROLE`): a trained role's
-    calls go through its adapter, any other role's through the base model (frozen means frozen). Rewrites
-    `flow`'s roles and engine table in place; returns the views to pass to `Flow.from_config`."""
+    calls go through its adapter, any other role's through the base model (frozen means frozen). `policy` is
+    the engine that samples (the trainer's TransformersEngine, or its rollout engine: both take `adapter=`).
+    Rewrites `flow`'s roles and engine table in place; returns the views to pass to `Flow.from_config`."""
     name = config.policy_engine_name
     views: dict[str, Engine] = {}
     for role in type(flow.roles).model_fields:

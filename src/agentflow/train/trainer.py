@@ -149,8 +149,8 @@ class Trainer:
         engines = {**self.extra_engines, cfg.policy_engine_name: self.rollout_policy or policy}
         rollout_flow, eval_flow = cfg.rollout_flow_config(), cfg.eval_flow_config()
         if cfg.adapter_roles:
-            engines.update(role_views(rollout_flow, policy, cfg))
-            role_views(eval_flow, policy, cfg)
+            engines.update(role_views(rollout_flow, self.rollout_policy or policy, cfg))
+            role_views(eval_flow, self.rollout_policy or policy, cfg)
         self.flow = Flow.from_config(rollout_flow, engines=engines)
         self.eval_flow = Flow.from_config(eval_flow, engines=self.flow.engines, tools=self.flow.tools)
         self.role_params = self._role_params()
@@ -230,7 +230,9 @@ class Trainer:
                               f"bundled model, or a .gguf path); got {model!r}")
         config = LlamaCppEngineConfig(model_path=str(converted_gguf(base, "f16")), n_parallel=settings.n_parallel,
                                       n_threads=settings.n_threads, n_ctx=settings.n_ctx)
-        return LlamaCppPolicyEngine(config, trainer_engine=policy, work_dir=self.out_dir / "rollout_engine")
+        adapters = [adapter_name(role) for role in self.config.train_roles]
+        return LlamaCppPolicyEngine(config, trainer_engine=policy, work_dir=self.out_dir / "rollout_engine",
+                                    adapters=adapters)
 
     def _vllm_policy(self, policy: TransformersEngine) -> Any:
         """A vLLM server that loads the trainer's adapter at runtime (`engine_rollout.VLLMPolicyEngine`)."""
@@ -243,7 +245,7 @@ class Trainer:
         adapter_dir = Path(settings.adapter_dir) if settings.adapter_dir else self.out_dir / "rollout_engine"
         api_key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
         return VLLMPolicyEngine(base_url=settings.base_url, trainer_engine=policy, adapter_dir=adapter_dir,
-                                api_key=api_key)
+                                api_key=api_key, adapters=[adapter_name(role) for role in self.config.train_roles])
 
     def _sync_rollout_policy(self) -> dict[str, Any]:
         """Hand the trainer's current weights to the rollout engine when it holds older ones. A failed sync
