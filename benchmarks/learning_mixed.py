@@ -1,7 +1,8 @@
 """The mixed task's learning result over seeds: `benchmarks/results/learning_mixed_summary.json`.
 
 Each seed is one `agentflow train` run in a fresh process (its step-0 evaluation is the frozen planner, its last
-one the trained planner, all held-out questions, greedy); the ceiling and the constants come from
+one the trained planner, all held-out questions, greedy; a seed trained with `eval_at_start: false` takes the
+frozen evaluation of the run named by `--frozen`); the ceiling and the constants come from
 `planner_ceiling.py` on the same questions; `--frozen-again` is one more evaluation of the frozen planner (the
 evaluation's own noise).
 
@@ -64,23 +65,34 @@ def question_kinds(config: dict[str, Any]) -> dict[str, str]:
     return {q.id: str(q.meta.get("kind", "all")) for q in items}
 
 
-def seed_summary(run: Path, kinds: dict[str, str]) -> dict[str, Any]:
+def frozen_evaluation(run: Path) -> dict[str, Any] | None:
+    evals = evaluations(read_metrics(run))
+    return evals[0] if evals and evals[0].get("step") == 0 else None
+
+
+def seed_summary(run: Path, kinds: dict[str, str], frozen_run: Path | None = None) -> dict[str, Any]:
+    """One seed's numbers; its frozen evaluation is its own step-0 one, or (a run trained with eval_at_start:
+    false) `frozen_run`'s."""
     rows = read_metrics(run)
     config = json.loads((run / "config.json").read_text())
-    evals = evaluations(rows)
-    if len(evals) < 2 or evals[0].get("step") != 0:
-        raise SystemExit(f"{run}: needs the step-0 (frozen) and a final evaluation in metrics.jsonl")
-    frozen, trained = evals[0], evals[-1]
+    evals = [r for r in evaluations(rows) if r.get("step") != 0]
+    source = run if frozen_evaluation(run) is not None else frozen_run
+    frozen = frozen_evaluation(source) if source is not None else None
+    if frozen is None or not evals:
+        raise SystemExit(f"{run}: needs a final evaluation in metrics.jsonl, and a step-0 (frozen) one there or "
+                         "in the --frozen run")
+    assert source is not None
+    trained = evals[-1]
     steps = [r for r in rows if "seconds/step" in r]
     train_seconds = sum(r["seconds/step"] for r in steps)
     last = max(int(p.stem.removeprefix("step-")) for p in (run / "eval").glob("step-*.jsonl"))
     return {
-        "run": str(run), "seed": config["seed"], "config": config,
+        "run": str(run), "seed": config["seed"], "config": config, "frozen_run": str(source),
         "frozen_accuracy": frozen["eval/accuracy_all"], "trained_accuracy": trained["eval/accuracy_all"],
         "held_out_questions": trained["eval/questions"],
         "frozen_by_kind": per_kind(frozen), "trained_by_kind": per_kind(trained),
         "frozen_tools_by_turn": per_turn(frozen), "trained_tools_by_turn": per_turn(trained),
-        "frozen_sequences_by_kind": per_kind_turn_tools(run, "step-0", kinds),
+        "frozen_sequences_by_kind": per_kind_turn_tools(source, "step-0", kinds),
         "trained_sequences_by_kind": per_kind_turn_tools(run, f"step-{last}", kinds),
         "frozen_tool_choice_accuracy": frozen.get("eval/tool_choice_accuracy"),
         "trained_tool_choice_accuracy": trained.get("eval/tool_choice_accuracy"),
@@ -103,6 +115,8 @@ def seed_summary(run: Path, kinds: dict[str, str]) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", type=Path, help="one run directory per seed")
+    parser.add_argument("--frozen", type=Path, default=None,
+                        help="the frozen evaluation (a run's step-0 one) of seeds trained with eval_at_start: false")
     parser.add_argument("--frozen-again", type=Path, default=None, help="a run of --algorithm frozen")
     parser.add_argument("--ceiling", type=Path, required=True, help="planner_ceiling.py's JSON (oracle, constants)")
     parser.add_argument("--out", type=Path, default=None)
@@ -110,13 +124,14 @@ def main() -> None:
 
     first_config = json.loads((args.runs[0] / "config.json").read_text())
     kinds = question_kinds(first_config)
-    seeds = [seed_summary(run, kinds) for run in args.runs]
+    seeds = [seed_summary(run, kinds, args.frozen) for run in args.runs]
     for s in seeds:
         s.pop("config")
+    frozen_runs = {s["frozen_run"]: s["frozen_accuracy"] for s in seeds}  # each frozen evaluation once
     ceiling = json.loads(args.ceiling.read_text())
     constants = {m.removeprefix("const:"): r["accuracy"] for m, r in ceiling.items() if m.startswith("const:")}
     best = max(constants, key=constants.get)
-    frozen = [s["frozen_accuracy"] for s in seeds]
+    frozen = list(frozen_runs.values())
     if args.frozen_again is not None:
         frozen.append(evaluations(read_metrics(args.frozen_again))[0]["eval/accuracy_all"])
     trained = [s["trained_accuracy"] for s in seeds]
@@ -131,7 +146,8 @@ def main() -> None:
         "planner_writes_whole_reply": first_config.get("planner_prefix") is None,
         "frozen_accuracy": round(frozen_mean, 4),
         "frozen_evaluations": frozen,
-        # every seed's step-0 evaluation is one of the frozen planner: their spread is the evaluation's noise
+        # every frozen evaluation (a seed's step 0, --frozen-again) is one of the same greedy planner: their
+        # spread is the evaluation's noise
         "eval_noise_points": round(100 * (max(frozen) - min(frozen)), 1) if len(frozen) > 1 else None,
         "trained_accuracy": round(trained_mean, 4), "trained_accuracy_by_seed": trained,
         "seeds": [s["seed"] for s in seeds],
