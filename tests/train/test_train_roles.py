@@ -12,7 +12,6 @@ import pytest
 import torch
 
 from agentflow.config import FlowConfig, TransformersEngineConfig
-from agentflow.engines.base import Engine
 from agentflow.engines.hf import BASE_ADAPTER, AdapterView, TransformersEngine, load_policy
 from agentflow.engines.scripted import ScriptedEngine
 from agentflow.errors import ConfigError
@@ -23,6 +22,7 @@ from agentflow.train.rollout import TurnRow
 from agentflow.train.trainer import Trainer
 from agentflow.train.update import PolicyUpdater, UpdateBatch
 from tests.train import test_trainer_resume as tiny
+from tests.train.test_engine_rollout import RecordingEngine
 
 
 @pytest.fixture(scope="module")
@@ -218,23 +218,16 @@ def test_the_config_refuses_what_it_cannot_train(tmp_path: Path, base: Path) -> 
     assert cfg.eval_flow_config().roles.executor.sampling.temperature == 0.0
 
 
-class AdapterRecorder(Engine):
-    """Stands in for the llama.cpp rollout engine of a two-role run: samples with the trainer's engine through
-    the adapter each request names, only from synced weights, and records which role's call named which."""
+class AdapterRecorder(RecordingEngine):
+    """The stand-in llama.cpp rollout engine of `test_engine_rollout.py` for a two-role run: samples through the
+    adapter each request names, and records which role's call named which."""
 
-    supports_json_schema = True
     model_name = "recorder"
 
     def __init__(self, trainer_engine: TransformersEngine, adapters: list[str]) -> None:
-        self.trainer_engine = trainer_engine
+        super().__init__(trainer_engine, syncs=[])
         self.adapters = adapters
-        self.weights_version: int | None = None
-        self.stale: str | None = None
         self.calls: list[tuple[str, str]] = []
-
-    def sync(self, model: torch.nn.Module, version: int) -> dict[str, float]:
-        self.weights_version = version
-        return {"sync/seconds": 0.0, "sync/bytes": 1.0}
 
     async def generate(self, messages, sampling, *, json_schema=None, adapter=None):
         assert self.weights_version == self.trainer_engine.weights_version, "a rollout on stale weights"
@@ -242,15 +235,6 @@ class AdapterRecorder(Engine):
         system = messages[0]["content"] if messages and messages[0]["role"] == "system" else ""
         self.calls.append((system[:40], adapter))
         return await self.trainer_engine.generate(messages, sampling, json_schema=json_schema, adapter=adapter)
-
-    def seed_sampling(self, seed: int) -> None:
-        self.trainer_engine.seed_sampling(seed)
-
-    def sampling_state(self) -> dict[str, torch.Tensor]:
-        return self.trainer_engine.sampling_state()
-
-    def load_sampling_state(self, state: dict[str, torch.Tensor]) -> None:
-        self.trainer_engine.load_sampling_state(state)
 
 
 def test_a_two_role_run_rolls_out_through_the_inference_engine_one_adapter_per_role(

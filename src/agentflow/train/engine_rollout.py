@@ -379,8 +379,7 @@ class VLLMPolicyEngine(PolicyRollout, Engine):
         if adapter is None and self.adapters == ["default"]:
             adapter = "default"
         if adapter == BASE_ADAPTER:
-            if self.base_model is None:
-                self.base_model = self._read_base_model()
+            assert self.base_model is not None, "generate reads the base model's name first"
             return self.base_model
         if adapter not in self.served:
             raise ValueError(f"this engine serves the adapters {self.adapters}: each request must name one "
