@@ -60,6 +60,40 @@ def test_sampler_resumes_from_a_position_with_the_same_batches():
     assert [[q.id for q in resumed.next_batch()] for _ in range(3)] == batches[2:]
 
 
+def _kinds(counts):
+    return [Question(id=f"{kind}{i}", question=f"{kind} {i}", answer=i, reward="exact_match", meta={"kind": kind})
+            for kind, n in counts.items() for i in range(n)]
+
+
+def test_stratified_batches_hold_each_kind_in_its_share_and_resume():
+    items = _kinds({"compute": 30, "lookup": 30, "both": 30})
+    sampler = BatchSampler(items, batch_size=6, seed=3, stratify_field="kind")
+    batches = [[q.meta["kind"] for q in sampler.next_batch()] for _ in range(20)]  # 15 per epoch: two epochs
+    assert all(sorted(b) == ["both"] * 2 + ["compute"] * 2 + ["lookup"] * 2 for b in batches)
+    sampler = BatchSampler(items, batch_size=6, seed=3, stratify_field="kind")
+    epoch = [q.id for _ in range(15) for q in sampler.next_batch()]
+    assert sorted(epoch) == sorted(q.id for q in items)  # every question once per epoch, in a shuffled order
+    assert [i for i in epoch if i.startswith("compute")] != [f"compute{i}" for i in range(30)]
+    resumed = BatchSampler(items, batch_size=6, seed=3, position=24, stratify_field="kind")
+    again = BatchSampler(items, batch_size=6, seed=3, stratify_field="kind")
+    for _ in range(4):
+        again.next_batch()
+    assert [q.id for q in resumed.next_batch()] == [q.id for q in again.next_batch()]
+    # unequal strata are spread in proportion: 10 of a rare kind among 50 land about one per batch of 6
+    rare = BatchSampler(_kinds({"common": 40, "rare": 10}), batch_size=5, seed=0, stratify_field="kind")
+    assert [sum(q.meta["kind"] == "rare" for q in rare.next_batch()) for _ in range(10)] == [1] * 10
+
+
+def test_one_stratum_draws_the_unstratified_order_and_a_missing_field_is_named():
+    plain = BatchSampler(_items(9), batch_size=3, seed=4)
+    one = BatchSampler([Question(id=q.id, question=q.question, answer=q.answer, reward=q.reward,
+                                 meta={"kind": "x"}) for q in _items(9)], batch_size=3, seed=4, stratify_field="kind")
+    assert [[q.id for q in plain.next_batch()] for _ in range(6)] == [[q.id for q in one.next_batch()]
+                                                                      for _ in range(6)]
+    with pytest.raises(ConfigError, match="no field 'kind'"):
+        BatchSampler(_items(4), batch_size=2, seed=0, stratify_field="kind")
+
+
 def test_tool_use_splits_share_no_question_and_are_scorable():
     train = load_questions(task_path("train", "tool_use"), DataSettings())
     heldout = load_questions(task_path("heldout", "tool_use"), DataSettings())

@@ -151,6 +151,7 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"sft_epochs": 3}, "sft_epochs"),
     ({"rollout_engine": {"kind": "llamacpp"}, "lora": {"enabled": True}}, "rollout_engine"),
     ({"lr_schedule": "linear"}, "linear"),
+    ({"data": {"stratify_field": "kind"}}, "stratify_field"),
     ({"advantage_eps": 1e-4}, "advantage_eps"),
     ({"lora": {"dropout": 0.1}}, "dropout"),
     ({"planner": {"seed": 3}}, "seed"),

@@ -98,6 +98,11 @@ class DataSettings(_Strict):
     reward_field: str = Field("reward", description="Record field naming the scorer (`agentflow.scoring`).")
     default_reward: str = Field("exact_match", description="Scorer for records without `reward_field`.")
     id_field: str = Field("id", description="Record field holding a stable item id (else the line number).")
+    stratify_field: str | None = Field(
+        None, description="Record field whose values split the training questions into strata (e.g. `kind` in "
+        "the mixed task): each epoch interleaves the shuffled strata in proportion to their sizes, so every batch "
+        "holds each stratum in its share (equal strata, batch_size a multiple of their number: the same count of "
+        "each). None: one shuffle of all questions.")
 
 
 class RoleOptimSettings(_Strict):

@@ -3,8 +3,10 @@
 The batch order is a pure function of (seed, position): epoch e is the permutation of the items drawn by
 `random.Random(seed * 1_000_003 + e)`, cut into len(items) // batch_size batches; the len(items) % batch_size
 items left at its end are not drawn in that epoch, so a batch never holds a question twice (its G
-trajectories would merge into one group). A checkpoint stores only `position` (items drawn), so `--resume`
-produces exactly the batches the killed run would have produced.
+trajectories would merge into one group). With strata (`data.stratify_field`), each stratum is shuffled by
+that generator and the strata are interleaved in proportion to their sizes, so each batch holds every
+stratum in its share. A checkpoint stores only `position` (items drawn), so `--resume` produces exactly the
+batches the killed run would have produced.
 """
 
 from __future__ import annotations
@@ -96,20 +98,35 @@ def default_paths(task: str | None = None) -> tuple[Path, Path]:
 class BatchSampler:
     """Deterministic, resumable batches: epoch-wise shuffles seeded by (seed, epoch)."""
 
-    def __init__(self, items: list[Question], *, batch_size: int, seed: int, position: int = 0) -> None:
+    def __init__(self, items: list[Question], *, batch_size: int, seed: int, position: int = 0,
+                 stratify_field: str | None = None) -> None:
         if batch_size > len(items):
             raise ConfigError(f"batch_size {batch_size} exceeds the {len(items)} training questions")
         self.items = items
         self.batch_size = batch_size
         self.seed = seed
         self.position = position
+        self.strata: list[list[int]] = [list(range(len(items)))]
+        """Item indices per stratum, in file order (one stratum: no `stratify_field`)."""
+        if stratify_field is not None:
+            by_value: dict[str, list[int]] = {}
+            for index, item in enumerate(items):
+                if stratify_field not in item.meta:
+                    raise ConfigError(f"item {item.id!r} has no field {stratify_field!r} (data.stratify_field)")
+                by_value.setdefault(str(item.meta[stratify_field]), []).append(index)
+            self.strata = [by_value[value] for value in sorted(by_value)]
         self._epoch_cache: tuple[int, list[int]] | None = None
 
     def _order(self, epoch: int) -> list[int]:
         if self._epoch_cache is None or self._epoch_cache[0] != epoch:
-            order = list(range(len(self.items)))
-            random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
-            self._epoch_cache = (epoch, order)
+            rng = random.Random(self.seed * 1_000_003 + epoch)
+            keyed: list[tuple[float, int, int]] = []
+            for rank_of_stratum, stratum in enumerate(self.strata):
+                order = list(stratum)
+                rng.shuffle(order)
+                # the k-th of n items of a stratum sits at (k + 0.5) / n of the epoch: proportional interleaving
+                keyed += [((k + 0.5) / len(order), rank_of_stratum, index) for k, index in enumerate(order)]
+            self._epoch_cache = (epoch, [index for _, _, index in sorted(keyed)])
         return self._epoch_cache[1]
 
     def next_batch(self) -> list[Question]:

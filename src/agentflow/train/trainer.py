@@ -173,7 +173,8 @@ class Trainer:
         first = cfg.train_roles[0]
         self.optimizer, self.scheduler, self.updater = self.optimizers[first], self.schedulers[first], \
             self.updaters[first]
-        self.sampler = BatchSampler(self.train_items, batch_size=cfg.batch_size, seed=cfg.seed)
+        self.sampler = BatchSampler(self.train_items, batch_size=cfg.batch_size, seed=cfg.seed,
+                                    stratify_field=cfg.data.stratify_field)
         self.metrics = MetricsLogger(self.out_dir, console=self.console)
 
     def _role_params(self) -> dict[str, list[str]]:

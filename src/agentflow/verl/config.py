@@ -176,6 +176,9 @@ class VerlTrainConfig(TrainConfig):
                      "export_gguf", "planner_prefix", "rollout_engine"):
             if _changed(self, name):
                 raise _refuse(f"`{name}` has no verl equivalent ({FIELD_ROUTES[name]}); remove it")
+        if self.data.stratify_field is not None:
+            raise _refuse("data.stratify_field: verl's dataloader draws its own batches (one shuffle of the "
+                          "parquet file); remove it, or train with `agentflow train` (local backend)")
         if self.lr_schedule == "linear":
             raise _refuse("lr_schedule 'linear' is not offered by verl's FSDP engine; use constant or cosine")
         if self.advantage_eps != VERL_GRPO_EPS:
