@@ -57,12 +57,33 @@ def per_kind_turn_tools(run: Path, label: str, kinds: dict[str, str]) -> dict[st
 
 
 def question_kinds(config: dict[str, Any]) -> dict[str, str]:
+    """The kind of every training and held-out question, by id."""
     from agentflow.train.config import TrainConfig
     from agentflow.train.data import default_paths, load_questions
 
     cfg = TrainConfig.model_validate(config)
-    items = load_questions(cfg.data.eval_path or default_paths(cfg.data.task)[1], cfg.data)
+    train, held_out = default_paths(cfg.data.task)
+    items = [*load_questions(cfg.data.train_path or train, cfg.data),
+             *load_questions(cfg.data.eval_path or held_out, cfg.data)]
     return {q.id: str(q.meta.get("kind", "all")) for q in items}
+
+
+def rollout_first_tools(run: Path, kinds: dict[str, str]) -> dict[str, list[dict[str, float]]]:
+    """For each kind, per training step, the share of its rollouts whose first action was each tool: where a
+    collapse to one plan shows (the token entropy does not: the free sub-goal text keeps it high)."""
+    shares: dict[str, list[dict[str, float]]] = {}
+    for path in sorted((run / "rollouts").glob("step-*.jsonl")):
+        counts: dict[str, dict[str, int]] = {}
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            first = str(record["tools"][0]) if record["tools"] else "(none)"
+            kind_counts = counts.setdefault(kinds.get(record["group"], "all"), {})
+            kind_counts[first] = kind_counts.get(first, 0) + 1
+        for kind in sorted(set(kinds.values())):
+            total = sum(counts.get(kind, {}).values())
+            shares.setdefault(kind, []).append(
+                {tool: round(n / total, 3) for tool, n in sorted(counts[kind].items())} if total else {})
+    return shares
 
 
 def frozen_evaluation(run: Path) -> dict[str, Any] | None:
@@ -97,6 +118,7 @@ def seed_summary(run: Path, kinds: dict[str, str], frozen_run: Path | None = Non
         "frozen_tool_choice_accuracy": frozen.get("eval/tool_choice_accuracy"),
         "trained_tool_choice_accuracy": trained.get("eval/tool_choice_accuracy"),
         "steps": len(steps),
+        "rollout_first_tool_by_kind": rollout_first_tools(run, kinds),
         "per_step": {name: [round(r.get(name, 0.0), 4) for r in steps] for name in (
             "reward_mean", "accuracy", "entropy", "grad_norm", "no_signal_share", "tool_choice_accuracy",
             "turns_per_trajectory", "clip_fraction_last_epoch", "excluded_share", "seconds/step")},
