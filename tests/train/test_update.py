@@ -12,7 +12,7 @@ from agentflow.config import TransformersEngineConfig
 from agentflow.engines.base import SamplingParams
 from agentflow.engines.hf import TransformersEngine
 from agentflow.train.config import TrainConfig
-from agentflow.train.logprobs import pack_rows, plain_lm_head, response_logprobs
+from agentflow.train.logprobs import action_positions, pack_rows, plain_lm_head, response_logprobs
 from agentflow.train.rollout import TurnRow
 from agentflow.train.update import PolicyUpdater, UpdateBatch, mini_batch_groups
 from tests.engines.test_constrained import SCHEMA, byte_tokenizer
@@ -155,3 +155,47 @@ def test_update_weighs_rows_over_the_whole_mini_batch_before_dropping_zero_advan
     lengths = torch.tensor([len(r.response_ids) for r in rows[:5]], dtype=torch.float32)
     expected = 1.0 / (3 * torch.tensor([3.0, 3, 3, 2, 2]) * lengths)  # B = 3 questions, one turn each
     assert torch.allclose(weights, expected)
+
+
+def _action_entropy(engine: TransformersEngine, update: PolicyUpdater, rows: list[TurnRow]) -> float:
+    packed = pack_rows(rows, pad_id=engine.tokenizer.pad_token_id, allowed=[r.allowed for r in rows],
+                       vocab_size=update.vocab_size)
+    with torch.no_grad():
+        _, entropy, _ = response_logprobs(engine.model, packed, with_entropy=True)
+    return float(entropy[action_positions(packed)].mean())
+
+
+def test_each_rows_action_is_its_first_free_token(engine: TransformersEngine) -> None:
+    rows = sample_rows(engine, 4)
+    update = updater(engine)
+    update.replay_masks(rows)
+    packed = pack_rows(rows, pad_id=engine.tokenizer.pad_token_id, allowed=[r.allowed for r in rows],
+                       vocab_size=update.vocab_size)
+    actions = action_positions(packed)
+    assert actions.sum(dim=1).tolist() == [1, 1, 1, 1]
+    chosen = packed.response_ids[actions].tolist()
+    assert {engine.tokenizer.decode([t]) for t in chosen} <= {"p", "w"}  # the tool: python or wikipedia_search
+    before = packed.response_mask.bool() & (actions.long().cumsum(dim=1) == 0)
+    assert (packed.allowed[before].sum(-1) == 1).all()  # every token before it forced: `{"tool_name":"`
+    unconstrained = pack_rows(rows[:1], pad_id=engine.tokenizer.pad_token_id)
+    first = unconstrained.response_mask.bool() & (unconstrained.response_mask.cumsum(dim=1) == 1)
+    assert torch.equal(action_positions(unconstrained), first)
+
+
+def test_the_action_entropy_bonus_keeps_the_tool_choice_open(engine: TransformersEngine) -> None:
+    """The same rows and advantages, one SGD step each from the same weights: with the bonus the entropy of
+    the tool choice ends higher than without, and the metric is logged either way."""
+    rows = sample_rows(engine, 8)
+    batch = UpdateBatch(rows=rows, advantages=torch.tensor([1.0, -1.0] * 4), row_group=["q0"] * 8,
+                        trajectories={"q0": 8})
+    start = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    after = {}
+    for coef in (0.0, 0.1):
+        engine.model.load_state_dict(start)
+        update = updater(engine, learning_rate=0.01, action_entropy_coef=coef)
+        update.replay_masks(rows)
+        before = _action_entropy(engine, update, rows)
+        metrics = update.grpo(batch, temperature=1.0, step=1)
+        assert metrics["action_entropy"] == pytest.approx(before, rel=1e-4)
+        after[coef] = _action_entropy(engine, update, rows)
+    assert after[0.1] > after[0.0] + 0.01

@@ -152,6 +152,7 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"rollout_engine": {"kind": "llamacpp"}, "lora": {"enabled": True}}, "rollout_engine"),
     ({"lr_schedule": "linear"}, "linear"),
     ({"data": {"stratify_field": "kind"}}, "stratify_field"),
+    ({"action_entropy_coef": 0.01}, "action_entropy_coef"),
     ({"advantage_eps": 1e-4}, "advantage_eps"),
     ({"lora": {"dropout": 0.1}}, "dropout"),
     ({"planner": {"seed": 3}}, "seed"),

@@ -198,6 +198,12 @@ class TrainConfig(_Strict):
                              "keeps exploration alive (DAPO's clip-higher; Yu et al. 2025).")
     kl_coef: float = Field(0.001, ge=0.0, description="Weight of the KL penalty to the frozen reference; 0 "
                            "skips the reference forward pass entirely.")
+    action_entropy_coef: float = Field(
+        0.0, ge=0.0, description="Weight of an entropy bonus on each reply's action alone: the first token the "
+        "policy chose freely (under the planner's schema, which tool). Adds -coef x the mean entropy of the "
+        "update's actions to the loss: an exploration floor on the choice of tool, where a bonus over all tokens "
+        "would also reward noise in the free sub-goal text. 0: none, as the paper. Acts on the rows the update "
+        "trains (groups with signal, or all with kl_coef > 0). The metric action_entropy is logged either way.")
     kl_estimator: Literal["k1", "k2", "k3"] = Field(
         "k3", description="Per-token KL estimator (Schulman's k1/k2/k3; GRPO uses k3).")
     advantage: str = Field("grpo_trajectory", description="Advantage estimator from the registry in "

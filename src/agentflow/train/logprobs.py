@@ -87,9 +87,10 @@ def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | st
 
 
 def _token_logprobs(head: torch.nn.Module, hidden: torch.Tensor, ids: torch.Tensor, allowed: torch.Tensor | None,
-                    temperature: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Log-prob of `ids` and entropy (no grad) of the (masked, tempered) distribution at each position, and
-    the raw log-prob of `ids` (temperature 1, no mask; no grad), what another engine reports."""
+                    temperature: float, entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Log-prob of `ids` and entropy (with gradient only if `entropy_grad`) of the (masked, tempered)
+    distribution at each position, and the raw log-prob of `ids` (temperature 1, no mask; no grad), what
+    another engine reports."""
     logits = head(hidden).float()
     with torch.no_grad():
         raw = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
@@ -100,9 +101,11 @@ def _token_logprobs(head: torch.nn.Module, hidden: torch.Tensor, ids: torch.Tens
     # token logit - logsumexp: autograd keeps no (rows, tokens, vocab) log-softmax tensor for backward
     log_norm = torch.logsumexp(logits, dim=-1)
     logprobs = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - log_norm
-    with torch.no_grad():
+    with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         probs = torch.softmax(logits, dim=-1)
-        weighted = torch.where(probs > 0, probs * logits, torch.zeros_like(logits))  # 0 * -inf is 0 here
+        # masked logits are -inf where their probability is 0: their term is 0 (a finite stand-in keeps the
+        # product's gradient finite)
+        weighted = probs * logits.masked_fill(probs == 0, 0.0)
         entropy = log_norm - weighted.sum(-1)
     return logprobs, entropy, raw
 
@@ -124,11 +127,12 @@ def plain_lm_head(model: torch.nn.Module) -> bool:
 
 
 def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature: float = 1.0,
-                      with_entropy: bool = False, with_raw: bool = False, chunked_head: bool = False
-                      ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+                      with_entropy: bool = False, with_raw: bool = False, chunked_head: bool = False,
+                      entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(N, R) log-probs of the response tokens under logits / temperature (masked by `packed.allowed`), their
-    entropies (no grad) and their raw log-probs (temperature 1, no mask, no grad: to compare with what another
-    engine reported), the last two None unless asked for.
+    entropies (no grad unless `entropy_grad`: an entropy term in the loss) and their raw log-probs
+    (temperature 1, no mask, no grad: to compare with what another engine reported), the last two None unless
+    asked for.
 
     The temperature must be the rollout's sampling temperature, so that the ratio compares the same
     distributions the rollout sampled from. `chunked_head` (only where `plain_lm_head(model)`): run the LM
@@ -139,7 +143,7 @@ def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature
         out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
                     position_ids=packed.position_ids, logits_to_keep=resp_width + 1, use_cache=False)
         logprobs, entropy, raw = _token_logprobs(torch.nn.Identity(), out.logits[:, -resp_width - 1:-1, :],
-                                                 packed.response_ids, packed.allowed, temperature)
+                                                 packed.response_ids, packed.allowed, temperature, entropy_grad)
         return (logprobs * packed.response_mask, entropy if with_entropy else None,
                 raw * packed.response_mask if with_raw else None)
     head = model.get_output_embeddings()
@@ -154,7 +158,8 @@ def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature
     for start in range(0, hidden.shape[0], rows_per_chunk):
         stop = start + rows_per_chunk
         allowed = None if packed.allowed is None else packed.allowed[start:stop]
-        args: tuple[Any, ...] = (head, hidden[start:stop], packed.response_ids[start:stop], allowed, temperature)
+        args: tuple[Any, ...] = (head, hidden[start:stop], packed.response_ids[start:stop], allowed, temperature,
+                                 entropy_grad)
         if torch.is_grad_enabled() and hidden.requires_grad:
             logprobs, entropy, raw = checkpoint(_token_logprobs, *args, use_reentrant=False)
         else:
@@ -165,6 +170,16 @@ def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature
     logprobs = torch.cat(parts) * packed.response_mask
     return (logprobs, torch.cat(entropies) if with_entropy else None,
             torch.cat(raws) * packed.response_mask if with_raw else None)
+
+
+def action_positions(packed: PackedRows) -> torch.Tensor:
+    """(N, R) booleans: each row's action, the first response position where more than one token could be
+    drawn. Under the planner's schema that is the tool (its reply opens with the forced `{"tool_name": "`);
+    an unconstrained row's action is its first token."""
+    free = packed.response_mask.bool()
+    if packed.allowed is not None:
+        free = free & (packed.allowed.sum(-1) > 1)
+    return free & (free.cumsum(dim=1) == 1)
 
 
 def micro_batches(rows: Sequence[TurnRow], *, max_rows: int, max_tokens: int) -> list[list[int]]:

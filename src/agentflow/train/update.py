@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from agentflow.train.config import TrainConfig
-from agentflow.train.logprobs import micro_batches, pack_rows, response_logprobs
+from agentflow.train.logprobs import action_positions, micro_batches, pack_rows, response_logprobs
 from agentflow.train.losses import clipped_surrogate_loss, row_weights
 from agentflow.train.rollout import TurnRow
 
@@ -52,6 +52,13 @@ def mini_batch_groups(groups: list[str], size: int | None, *, seed: str) -> list
     random.Random(seed).shuffle(order)
     size = size or len(order) or 1
     return [order[i:i + size] for i in range(0, len(order), size)]
+
+
+def _has_action(row: TurnRow) -> bool:
+    """Whether the row has an action position (`logprobs.action_positions`): a token that was not forced."""
+    if row.allowed is None:
+        return bool(row.response_ids)
+    return bool((row.allowed.sum(-1) > 1).any())
 
 
 def _right_aligned(values: list[torch.Tensor], width: int) -> torch.Tensor:
@@ -188,6 +195,9 @@ class PolicyUpdater:
         if gap is not None:
             metrics.update(gap.metrics())
         tokens = max(sums.pop("tokens", 0.0), 1.0)
+        action_entropy, actions = sums.pop("action_entropy_sum", 0.0), sums.pop("actions", 0.0)
+        if actions:
+            metrics["action_entropy"] = action_entropy / actions
         clip_last, tokens_last = sums.pop("clip_last_epoch", 0.0), sums.pop("tokens_last_epoch", 0.0)
         metrics.update({k: v / tokens for k, v in sums.items()})
         if tokens_last:
@@ -210,11 +220,18 @@ class PolicyUpdater:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss_total, clipped, tokens = 0.0, 0.0, 0.0
+        bonus = cfg.action_entropy_coef
+        actions = sum(_has_action(row) for row in rows)
         for indices in self._micro_batches(rows):
             packed = self._pack([rows[i] for i in indices])
             logprobs, entropy, raw = response_logprobs(self.model, packed, temperature=temperature,
                                                        with_entropy=True, with_raw=gap is not None,
-                                                       chunked_head=self.chunked_head)
+                                                       chunked_head=self.chunked_head, entropy_grad=bonus > 0)
+            assert entropy is not None
+            action = action_positions(packed)
+            action_entropy = (entropy * action).sum()
+            sums["action_entropy_sum"] = sums.get("action_entropy_sum", 0.0) + float(action_entropy.detach())
+            sums["actions"] = sums.get("actions", 0.0) + float(action.sum())
             if gap is not None:
                 assert raw is not None
                 packed.old_logprobs = logprobs.detach()
@@ -231,10 +248,14 @@ class PolicyUpdater:
                 clip_low=cfg.clip_low, clip_high=cfg.clip_high, ref_logprobs=ref_lp, kl_coef=cfg.kl_coef,
                 kl_estimator=cfg.kl_estimator, weights=weights[indices].to(logprobs.device), entropy=entropy,
                 token_weights=packed.token_weights)
-            if not torch.isfinite(result.loss):
-                raise FloatingPointError(f"non-finite loss {result.loss.item()}")
-            result.loss.backward()
-            loss_total += float(result.loss.detach())
+            loss = result.loss
+            if bonus > 0:
+                # the exploration floor on the action alone: -coef x the mean entropy of the step's actions
+                loss = loss - bonus * action_entropy / max(actions, 1)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss {loss.item()}")
+            loss.backward()
+            loss_total += float(loss.detach())
             part = result.metrics
             weight = part["tokens"]
             tokens += weight

@@ -71,6 +71,7 @@ FIELD_ROUTES: dict[str, str] = {
     "clip_low": "actor_rollout_ref.actor.clip_ratio_low (and clip_ratio)",
     "clip_high": "actor_rollout_ref.actor.clip_ratio_high",
     "kl_coef": "actor_rollout_ref.actor.use_kl_loss (coef > 0) and kl_loss_coef",
+    "action_entropy_coef": "refused when > 0: verl's entropy_coeff weighs every token's entropy, not the action's",
     "kl_estimator": "actor_rollout_ref.actor.kl_loss_type (k1, k2, k3; verl clamps k3 to [-10, 10])",
     "advantage": "algorithm.adv_estimator and norm_adv_by_std_in_grpo (see ESTIMATORS)",
     "advantage_eps": "fixed at 1e-6 in verl: other values refused",
@@ -176,6 +177,9 @@ class VerlTrainConfig(TrainConfig):
                      "export_gguf", "planner_prefix", "rollout_engine"):
             if _changed(self, name):
                 raise _refuse(f"`{name}` has no verl equivalent ({FIELD_ROUTES[name]}); remove it")
+        if self.action_entropy_coef > 0:
+            raise _refuse(f"action_entropy_coef: {FIELD_ROUTES['action_entropy_coef']}; remove it, or train with "
+                          "`agentflow train` (local backend)")
         if self.data.stratify_field is not None:
             raise _refuse("data.stratify_field: verl's dataloader draws its own batches (one shuffle of the "
                           "parquet file); remove it, or train with `agentflow train` (local backend)")
