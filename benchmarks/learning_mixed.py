@@ -121,7 +121,7 @@ def seed_summary(run: Path, kinds: dict[str, str], frozen_run: Path | None = Non
         "rollout_first_tool_by_kind": rollout_first_tools(run, kinds),
         "per_step": {name: [round(r.get(name, 0.0), 4) for r in steps] for name in (
             "reward_mean", "accuracy", "entropy", "grad_norm", "no_signal_share", "tool_choice_accuracy",
-            "turns_per_trajectory", "clip_fraction_last_epoch", "excluded_share", "seconds/step")},
+            "turns_per_trajectory", "clip_fraction_last_epoch", "excluded_share", "action_entropy", "seconds/step")},
         "phase_seconds": {
             "training_steps": round(train_seconds),
             "rollouts": round(sum(r.get("seconds/rollout", 0.0) for r in steps)),
