@@ -45,15 +45,19 @@ def updater(engine: TransformersEngine, **overrides) -> PolicyUpdater:
                          pad_id=engine.tokenizer.pad_token_id, ref_model=None, chunked_head=plain_lm_head(model))
 
 
+def replayed(engine: TransformersEngine, update: PolicyUpdater, rows: list[TurnRow]):
+    """`rows` packed with the grammar masks their sampling applied (replayed by `update`)."""
+    update.replay_masks(rows)
+    return pack_rows(rows, pad_id=engine.tokenizer.pad_token_id, allowed=[r.allowed for r in rows],
+                     vocab_size=update.vocab_size)
+
+
 @pytest.mark.parametrize("chunked", [True, False])
 def test_fresh_sample_has_ratio_one_and_forced_tokens_no_gradient(engine: TransformersEngine, chunked: bool) -> None:
     """Regression: log-probs of the unmasked model were trained, so grammar-forced tokens (about half of a
     planner reply) moved probability as if the model had chosen them."""
     rows = sample_rows(engine, 3)
-    update = updater(engine)
-    update.replay_masks(rows)
-    packed = pack_rows(rows, pad_id=engine.tokenizer.pad_token_id, allowed=[r.allowed for r in rows],
-                       vocab_size=update.vocab_size)
+    packed = replayed(engine, updater(engine), rows)
     logprobs, _, _ = response_logprobs(engine.model, packed, temperature=1.0, chunked_head=chunked)
     mask = packed.response_mask.bool()
     assert torch.allclose(logprobs[mask], packed.old_logprobs[mask], atol=1e-5)  # ratio exp(0) = 1
@@ -67,10 +71,7 @@ def test_fresh_sample_has_ratio_one_and_forced_tokens_no_gradient(engine: Transf
 
 def test_chunked_head_matches_the_models_own_forward_in_value_and_gradient(engine: TransformersEngine) -> None:
     rows = sample_rows(engine, 5)
-    update = updater(engine)
-    update.replay_masks(rows)
-    packed = pack_rows(rows, pad_id=engine.tokenizer.pad_token_id, allowed=[r.allowed for r in rows],
-                       vocab_size=update.vocab_size)
+    packed = replayed(engine, updater(engine), rows)
     weight = engine.model.model.layers[0].mlp.up_proj.weight
     results = []
     for chunked in (False, True):
@@ -158,8 +159,7 @@ def test_update_weighs_rows_over_the_whole_mini_batch_before_dropping_zero_advan
 
 
 def _action_entropy(engine: TransformersEngine, update: PolicyUpdater, rows: list[TurnRow]) -> float:
-    packed = pack_rows(rows, pad_id=engine.tokenizer.pad_token_id, allowed=[r.allowed for r in rows],
-                       vocab_size=update.vocab_size)
+    packed = replayed(engine, update, rows)
     with torch.no_grad():
         _, entropy, _ = response_logprobs(engine.model, packed, with_entropy=True)
     return float(entropy[action_positions(packed)].mean())
@@ -167,10 +167,7 @@ def _action_entropy(engine: TransformersEngine, update: PolicyUpdater, rows: lis
 
 def test_each_rows_action_is_its_first_free_token(engine: TransformersEngine) -> None:
     rows = sample_rows(engine, 4)
-    update = updater(engine)
-    update.replay_masks(rows)
-    packed = pack_rows(rows, pad_id=engine.tokenizer.pad_token_id, allowed=[r.allowed for r in rows],
-                       vocab_size=update.vocab_size)
+    packed = replayed(engine, updater(engine), rows)
     actions = action_positions(packed)
     assert actions.sum(dim=1).tolist() == [1, 1, 1, 1]
     chosen = packed.response_ids[actions].tolist()

@@ -221,7 +221,7 @@ class PolicyUpdater:
         self.optimizer.zero_grad(set_to_none=True)
         loss_total, clipped, tokens = 0.0, 0.0, 0.0
         bonus = cfg.action_entropy_coef
-        actions = sum(_has_action(row) for row in rows)
+        actions = sum(_has_action(row) for row in rows) if bonus > 0 else 0  # the bonus's normaliser
         for indices in self._micro_batches(rows):
             packed = self._pack([rows[i] for i in indices])
             logprobs, entropy, raw = response_logprobs(self.model, packed, temperature=temperature,
