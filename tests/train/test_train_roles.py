@@ -95,6 +95,11 @@ def test_two_roles_learn_into_their_own_adapters_and_export_apart(tmp_path: Path
     assert any(v.abs().sum() > 0 for v in lora_b(weights, "default"))   # LoRA B starts at 0: both moved
     assert any(v.abs().sum() > 0 for v in lora_b(weights, "executor"))
     assert (run / "checkpoints" / "step-000002" / "optimizer-executor.pt").is_file()
+    # the held-out records keep each turn's call as the executor wrote it and what it returned (its own measure)
+    [held_out] = [json.loads(line) for line in (run / "eval" / "step-2.jsonl").read_text().splitlines()]
+    [call] = held_out["calls"]
+    assert set(call) == {"arguments", "output", "error"} and set(call["arguments"]) == {"query"}
+    assert call["output"] and len(call["output"]) <= 300
     # each role's adapter loads alone over the base, with the weights it was trained to
     for role, adapter, folder in (("planner", "default", run / "final"), ("executor", "executor",
                                                                           run / "final" / "executor")):

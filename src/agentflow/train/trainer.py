@@ -41,11 +41,15 @@ from agentflow.train.metrics import MetricsLogger
 from agentflow.train.policy import adapter_name, role_views
 from agentflow.train.rollout import RolloutBatch, TurnRow, run_rollouts
 from agentflow.train.update import PolicyUpdater, UpdateBatch
+from agentflow.trajectory import ToolCall
 
 if TYPE_CHECKING:
     from agentflow.engines.hf import TransformersEngine
 
 log = logging.getLogger(__name__)
+
+# characters of each held-out tool call's output kept in the evaluation's records
+CALL_OUTPUT_CHARS = 300
 
 
 def lr_lambda(config: TrainConfig):
@@ -63,6 +67,15 @@ def lr_lambda(config: TrainConfig):
         return 1.0 - progress
 
     return factor
+
+
+def _call_record(call: ToolCall | None) -> dict[str, Any] | None:
+    """A held-out turn's tool call as the executor wrote it and what it returned (the start of its output),
+    for measures of the executor's own work; None where no call was made."""
+    if call is None:
+        return None
+    return {"arguments": call.arguments, "output": call.output[:CALL_OUTPUT_CHARS],
+            "error": call.error.kind if call.error else None}
 
 
 def role_key(role: str, key: str) -> str:
@@ -435,6 +448,7 @@ class Trainer:
             records.append({"id": r.question.id, "question": r.question.question, "gold": r.question.answer,
                             "answer": r.trajectory.answer, "correct": correct,
                             "tools": [turn.tool for turn in r.trajectory.turns],
+                            "calls": [_call_record(turn.tool_call) for turn in r.trajectory.turns],
                             "infrastructure": r.infrastructure.kind if r.infrastructure else None})
         for kind, values in kinds.items():
             metrics[f"eval/accuracy/{kind}"] = sum(values) / len(values)
