@@ -585,6 +585,40 @@ def test_the_llamacpp_engine_names_each_requests_adapter(tmp_path: Path) -> None
             two.completion_body([1], sampling, None, wrong)
 
 
+def test_the_llamacpp_engine_keeps_its_prompt_cache_only_where_every_request_has_the_same_weights(
+        tmp_path: Path) -> None:
+    """llama.cpp reuses a slot's cached prompt whatever adapter computed it: the cache stays on for the planner
+    alone, and for one other role's adapter when no frozen role on the same model asks for the base."""
+    from agentflow.engines.hf import BASE_ADAPTER
+
+    (tmp_path / "base.gguf").write_bytes(b"")
+
+    def body(adapters: list[str] | None, base_requests: bool, adapter: str | None) -> dict:
+        engine = LlamaCppPolicyEngine(LlamaCppEngineConfig(model_path=str(tmp_path / "base.gguf")),
+                                      trainer_engine=tiny.policy(), work_dir=tmp_path, adapters=adapters,
+                                      base_requests=base_requests)
+        return engine.completion_body([1], SamplingParams(temperature=1.0, max_tokens=8), None, adapter)
+
+    assert body(None, True, None)["cache_prompt"]
+    assert body(["executor"], False, "executor")["cache_prompt"]
+    assert not body(["executor"], True, "executor")["cache_prompt"]
+    assert not body(["default", "executor"], False, "executor")["cache_prompt"]
+    with pytest.raises(ValueError, match="base_requests=False"):
+        body(["executor"], False, BASE_ADAPTER)
+
+
+def test_the_roles_that_ask_the_policy_engine_for_its_base_are_the_untrained_ones_on_it(tmp_path: Path) -> None:
+    cfg = tiny.config(tmp_path, "run", 1).model_dump()
+    cfg["flow"]["roles"]["executor"] = {"engine": "policy"}
+    cfg.update(lora={"enabled": True, "rank": 4, "alpha": 8}, train_roles=["executor"])
+    assert TrainConfig.from_dict(cfg).frozen_policy_roles == ["planner"]
+    cfg["flow"]["roles"]["planner"]["engine"] = "helper"
+    assert TrainConfig.from_dict(cfg).frozen_policy_roles == []
+    cfg["train_roles"] = ["planner", "executor"]
+    cfg["flow"]["roles"]["planner"]["engine"] = "policy"
+    assert TrainConfig.from_dict(cfg).frozen_policy_roles == []
+
+
 def test_a_rollout_engine_that_syncs_adapters_is_refused_without_lora_or_an_address() -> None:
     from agentflow.errors import ConfigError
 

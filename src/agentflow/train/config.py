@@ -302,6 +302,12 @@ class TrainConfig(_Strict):
         return getattr(self.flow.roles, self.train_roles[0]).engine
 
     @property
+    def frozen_policy_roles(self) -> list[str]:
+        """The roles on the policy's engine that are not trained: they decode with the base model."""
+        return [role for role in type(self.flow.roles).model_fields
+                if getattr(self.flow.roles, role).engine == self.policy_engine_name and role not in self.train_roles]
+
+    @property
     def adapter_roles(self) -> bool:
         """True when a role other than the planner trains: one named adapter per role, chosen per call."""
         return self.train_roles != ["planner"]

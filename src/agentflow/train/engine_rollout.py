@@ -166,12 +166,14 @@ class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
     """
 
     def __init__(self, config: LlamaCppEngineConfig, *, trainer_engine: TransformersEngine, work_dir: Path,
-                 adapters: list[str] | None = None) -> None:
+                 adapters: list[str] | None = None, base_requests: bool = True) -> None:
         super().__init__(config)
         self._init_policy(trainer_engine)
         self.work_dir = work_dir
         self._n_ctx_slot = config.n_ctx // config.n_parallel
         self.adapters = list(adapters or ["default"])
+        self.base_requests = base_requests
+        """Whether a frozen role on the policy's model sends requests for the base (`BASE_ADAPTER`)."""
         self.adapter_paths: dict[str, Path] = {}
         """Each served adapter's current llama.cpp LoRA file (filled by `sync`)."""
 
@@ -179,6 +181,12 @@ class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
     def per_request(self) -> bool:
         """Several adapters, or a non-planner one: each request names its adapter."""
         return self.adapters != ["default"]
+
+    @property
+    def one_weights(self) -> bool:
+        """Every request decodes with the same weights (one adapter served, no request for the base): a slot's
+        cached prompt is then always right to reuse."""
+        return len(self.adapters) == 1 and not (self.per_request and self.base_requests)
 
     def lora_files(self) -> list[tuple[Path, float]]:
         # per-request adapters start at scale 0: a request that names none decodes with the base
@@ -233,8 +241,9 @@ class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
         if self.per_request:
             body["lora"] = self.lora_scales(adapter)
             # llama.cpp would reuse a slot's cached prompt computed under another adapter (measured: the base's
-            # log-probs 0.037 nats off, 0.003 without the cache): with several adapters, every prompt is fresh
-            body["cache_prompt"] = False
+            # log-probs 0.037 nats off, 0.003 without the cache): unless every request has the same weights,
+            # every prompt is fresh
+            body["cache_prompt"] = self.one_weights
         elif adapter not in (None, "default"):
             raise ValueError(f"this engine serves the planner's adapter only, not {adapter!r}")
         return body
@@ -246,6 +255,9 @@ class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
                              f"(or {BASE_ADAPTER!r}, the base)")
         if adapter != BASE_ADAPTER and adapter not in self.adapters:
             raise ValueError(f"unknown adapter {adapter!r}; this engine serves {self.adapters}")
+        if adapter == BASE_ADAPTER and not self.base_requests:
+            raise ValueError("this engine was built for its adapters' requests only (base_requests=False: it keeps "
+                             "the prompt cache), and got one for the base")
         return [{"id": i, "scale": 1.0 if name == adapter else 0.0} for i, name in enumerate(self.adapters)]
 
     def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
