@@ -48,6 +48,10 @@ class LlamaCppEngineConfig(_Strict):
         None, description="Re-quantise the model to Q8_0 before loading (once; cached under the agentflow cache). "
         "The bundled file is Q4_1, whose CPU kernels are slower: Q8_0 reads prompts 1.8x faster on the 2-core "
         "reference machine (docs/engines.md). Llama-architecture GGUF files only.")
+    adapter: str | None = Field(
+        None, description="PEFT LoRA adapter directory applied over the model (at scale 1), e.g. one trained by "
+        "`agentflow train`; `bundled:NAME` is one shipped with the package. Written once as a llama.cpp LoRA "
+        "file (cached). Llama-architecture models only.")
 
 
 class OpenAIEngineConfig(_Strict):

@@ -146,6 +146,7 @@ class LlamaCppEngine(Engine):
         self._slots: asyncio.Semaphore | None = None
         self._slots_loop: asyncio.AbstractEventLoop | None = None
         self.load_seconds: float | None = None
+        self._adapter_file: Path | None = None
 
     # -- loading -------------------------------------------------------------------------------------------
 
@@ -178,9 +179,16 @@ class LlamaCppEngine(Engine):
                      self.load_seconds, self.config.n_ctx, self.config.n_parallel, self.n_threads)
 
     def lora_files(self) -> list[tuple[Path, float]]:
-        """The llama.cpp LoRA files to load over the model, each with its default scale (none here; the
-        trainer's rollout engine loads its adapters)."""
-        return []
+        """The llama.cpp LoRA files to load over the model, each with its default scale: the config's
+        `adapter` (the trainer's rollout engine loads its own)."""
+        if self.config.adapter is None:
+            return []
+        if self._adapter_file is None:
+            from agentflow.bundled import resolve_adapter
+            from agentflow.train.export import adapter_lora_gguf
+
+            self._adapter_file = adapter_lora_gguf(resolve_adapter(self.config.adapter), template=self.model_path)
+        return [(self._adapter_file, 1.0)]
 
     def reload(self) -> None:
         """Free the model and load it again (with the current `lora_files`); no request may be running."""
@@ -290,6 +298,7 @@ class LlamaCppEngine(Engine):
             "engine": "llamacpp",
             "model": self.model_name,
             "model_path": str(self.model_path),
+            **({"adapter": self.config.adapter} if self.config.adapter else {}),
             "n_ctx": self.config.n_ctx,
             "n_parallel": self.config.n_parallel,
             "n_threads": self.n_threads,

@@ -17,6 +17,7 @@ given as GGUF (the bundled SmolLM2 is one); other bases get the HF directory and
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -119,28 +120,72 @@ def write_gguf(state: dict[str, torch.Tensor], *, template: Path, out: Path, fil
 
 def write_lora_gguf(model: torch.nn.Module, *, template: Path, out: Path, adapter: str = "default") -> int:
     """Write the PEFT LoRA adapter `adapter` of `model` (on a llama base given as the GGUF `template`) as a
-    llama.cpp LoRA file; returns its size in bytes.
+    llama.cpp LoRA file; returns its size in bytes (`_write_lora`)."""
+    if adapter not in model.peft_config:
+        raise ValueError(f"the model has no LoRA adapter {adapter!r} (it has {sorted(model.peft_config)})")
+    state = {name.replace(f".{adapter}.", "."): tensor for name, tensor in model.state_dict().items()
+             if f".lora_A.{adapter}." in name or f".lora_B.{adapter}." in name}
+    return _write_lora(state, alpha=float(model.peft_config[adapter].lora_alpha), template=template, out=out)
+
+
+def adapter_lora_gguf(adapter_dir: Path, *, template: Path, root: Path | None = None) -> Path:
+    """A saved PEFT LoRA adapter (a folder with adapter_config.json and adapter_model.safetensors, over the
+    llama base `template`) as a llama.cpp LoRA file, written on first use and cached (keyed by the adapter's
+    and the template's contents): what a llama.cpp engine with `adapter:` loads."""
+    import hashlib
+    import os
+    import tempfile
+
+    from safetensors.torch import load_file
+
+    from agentflow.bundled import cache_dir
+
+    weights, settings = adapter_dir / "adapter_model.safetensors", adapter_dir / "adapter_config.json"
+    if not weights.is_file():
+        raise ValueError(f"{adapter_dir}: no adapter_model.safetensors (a PEFT LoRA adapter folder is expected)")
+    config = json.loads(settings.read_text())
+    if config.get("peft_type", "LORA") != "LORA":
+        raise ValueError(f"{adapter_dir}: a {config.get('peft_type')} adapter; llama.cpp loads LoRA adapters only")
+    digest = hashlib.sha256(weights.read_bytes() + settings.read_bytes())
+    stat = template.stat()
+    digest.update(f"{template.name}-{stat.st_size}".encode())
+    root = root or cache_dir() / "gguf-lora"
+    target = root / f"{adapter_dir.name}-{digest.hexdigest()[:16]}.gguf"
+    if target.is_file():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    state = {name: tensor.to(torch.float32) for name, tensor in load_file(str(weights)).items()}
+    handle, staging = tempfile.mkstemp(prefix=f".{target.name}-", dir=root)
+    os.close(handle)
+    try:
+        _write_lora(state, alpha=float(config["lora_alpha"]), template=template, out=Path(staging))
+        Path(staging).chmod(0o644)
+        os.replace(staging, target)
+    finally:
+        Path(staging).unlink(missing_ok=True)
+    log.info("wrote the adapter %s as a llama.cpp LoRA file (cached at %s)", adapter_dir, target)
+    return target
+
+
+def _write_lora(state: dict[str, torch.Tensor], *, alpha: float, template: Path, out: Path) -> int:
+    """LoRA matrices named as PEFT saves them (`base_model.model.<parameter>.lora_A.weight`, `...lora_B...`)
+    as a llama.cpp LoRA file; returns its size in bytes.
 
     llama.cpp adds scale * alpha / rank * B (A x) to each adapted matrix, A stored (rank, in) and B (out,
     rank) under the base tensor's name + `.lora_a` / `.lora_b`. B of q and k projections gets the same row
     permutation as their base matrices (`rotary_permute`). F32 throughout: the adapter is small."""
     import gguf
 
-    if adapter not in model.peft_config:
-        raise ValueError(f"the model has no LoRA adapter {adapter!r} (it has {sorted(model.peft_config)})")
-    config = model.peft_config[adapter]
     _, n_head, n_head_kv = _llama_template(template)
-    state = {name: tensor for name, tensor in model.state_dict().items()
-             if f".lora_A.{adapter}." in name or f".lora_B.{adapter}." in name}
     writer = gguf.GGUFWriter(str(out), "llama")
     writer.add_type(gguf.GGUFType.ADAPTER)
     writer.add_string(gguf.Keys.Adapter.TYPE, "lora")
-    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, float(config.lora_alpha))
+    writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha)
     adapted = 0
     for name, a in state.items():
         if ".lora_A." not in name:
             continue
-        base = name.removeprefix("base_model.model.").replace(f".lora_A.{adapter}", "")
+        base = name.removeprefix("base_model.model.").replace(".lora_A", "")
         target = gguf_name(base)
         if target is None:
             raise ValueError(f"LoRA on {base!r}: llama.cpp has no tensor for it")
