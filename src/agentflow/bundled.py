@@ -35,17 +35,18 @@ def bundled_model_path() -> Path:
     return path
 
 
-BUNDLED_PLANNERS = Path(__file__).parent / "data" / "planners"
-"""Planner adapters trained by `agentflow train` and shipped with the package (docs/training.md)."""
+BUNDLED_ADAPTERS = Path(__file__).parent / "data" / "adapters"
+"""LoRA adapters of trained roles (a planner, an executor) made by `agentflow train` and shipped with the
+package (docs/training.md)."""
 
 
 def resolve_adapter(adapter: str) -> Path:
-    """A PEFT adapter directory: `bundled:NAME` names one shipped under agentflow/data/planners/, anything else
+    """A PEFT adapter directory: `bundled:NAME` names one shipped under agentflow/data/adapters/, anything else
     is a path. Fails clearly when the directory holds no adapter."""
-    path = BUNDLED_PLANNERS / adapter.removeprefix("bundled:") if adapter.startswith("bundled:") \
+    path = BUNDLED_ADAPTERS / adapter.removeprefix("bundled:") if adapter.startswith("bundled:") \
         else Path(adapter).expanduser()
     if not (path / "adapter_config.json").is_file():
-        shipped = sorted(p.name for p in BUNDLED_PLANNERS.iterdir()) if BUNDLED_PLANNERS.is_dir() else []
+        shipped = sorted(p.name for p in BUNDLED_ADAPTERS.iterdir()) if BUNDLED_ADAPTERS.is_dir() else []
         raise ModelNotFoundError(f"{adapter}: not a PEFT adapter directory (no adapter_config.json); shipped "
                                  f"adapters: {', '.join('bundled:' + n for n in shipped) or 'none'}")
     return path

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentflow.bundled import BUNDLED_PLANNERS, resolve_adapter
+from agentflow.bundled import BUNDLED_ADAPTERS, resolve_adapter
 from agentflow.config import FlowConfig, LlamaCppEngineConfig
 from agentflow.errors import ModelNotFoundError
 from agentflow.flow import Flow
@@ -18,8 +18,8 @@ CONFIGS = Path(__file__).resolve().parents[2] / "src" / "agentflow" / "configs"
 
 
 def test_bundled_adapters_resolve_and_unknown_names_list_the_shipped_ones() -> None:
-    assert resolve_adapter("bundled:lookup_compute") == BUNDLED_PLANNERS / "lookup_compute"
-    about = json.loads((BUNDLED_PLANNERS / "lookup_compute" / "about.json").read_text())
+    assert resolve_adapter("bundled:lookup_compute") == BUNDLED_ADAPTERS / "lookup_compute"
+    about = json.loads((BUNDLED_ADAPTERS / "lookup_compute" / "about.json").read_text())
     assert about["trained_accuracy"] > about["frozen_accuracy"] and about["held_out_questions"] >= 200
     with pytest.raises(ModelNotFoundError, match="bundled:lookup_compute"):
         resolve_adapter("bundled:nope")
