@@ -211,14 +211,20 @@ def test_one_engine_serves_each_roles_adapter_per_request(tmp_path: Path) -> Non
                                                                   "adapter-executor-000001.gguf"]
         assert report["sync/bytes"] > 0
         done = asyncio.run(replies())
-        by_adapter = {a: done[i * len(QUESTIONS):(i + 1) * len(QUESTIONS)] for i, a in enumerate(adapters)}
-        texts = {a: [c.text for c in cs] for a, cs in by_adapter.items()}
-        assert texts["default"] != texts["executor"] != texts[BASE_ADAPTER]
-        for adapter, completions in by_adapter.items():
-            own = gap(completions, adapter)
-            others = [gap(completions, other) for other in adapters if other != adapter]
-            assert own < 0.02, adapter
-            assert all(other > 5 * own for other in others), (adapter, own, others)
+        # again, with every slot's cache filled by the first round: each request goes to a slot its own weights
+        # filled (or reads its prompt afresh), so the same greedy replies, with log-probs as close
+        again = asyncio.run(replies())
+        assert [c.token_ids for c in again] == [c.token_ids for c in done]
+        for completions_of_round in (done, again):
+            by_adapter = {a: completions_of_round[i * len(QUESTIONS):(i + 1) * len(QUESTIONS)]
+                          for i, a in enumerate(adapters)}
+            texts = {a: [c.text for c in cs] for a, cs in by_adapter.items()}
+            assert texts["default"] != texts["executor"] != texts[BASE_ADAPTER]
+            for adapter, completions in by_adapter.items():
+                own = gap(completions, adapter)
+                others = [gap(completions, other) for other in adapters if other != adapter]
+                assert own < 0.02, adapter
+                assert all(other > 5 * own for other in others), (adapter, own, others)
     finally:
         model.set_adapter("default")
         asyncio.run(engine.aclose())
@@ -585,38 +591,38 @@ def test_the_llamacpp_engine_names_each_requests_adapter(tmp_path: Path) -> None
             two.completion_body([1], sampling, None, wrong)
 
 
-def test_the_llamacpp_engine_keeps_its_prompt_cache_only_where_every_request_has_the_same_weights(
-        tmp_path: Path) -> None:
-    """llama.cpp reuses a slot's cached prompt whatever adapter computed it: the cache stays on for the planner
-    alone, and for one other role's adapter when no frozen role on the same model asks for the base."""
+def test_a_request_reuses_a_slots_cached_prompt_only_where_the_same_weights_computed_it(tmp_path: Path) -> None:
+    """llama.cpp reuses a slot's cached prompt whatever adapter computed it: where requests name their adapter,
+    each is sent to a slot (`id_slot`) whose cache its own weights computed, or has its prompt read afresh."""
     from agentflow.engines.hf import BASE_ADAPTER
 
     (tmp_path / "base.gguf").write_bytes(b"")
-
-    def body(adapters: list[str] | None, base_requests: bool, adapter: str | None) -> dict:
-        engine = LlamaCppPolicyEngine(LlamaCppEngineConfig(model_path=str(tmp_path / "base.gguf")),
-                                      trainer_engine=tiny.policy(), work_dir=tmp_path, adapters=adapters,
-                                      base_requests=base_requests)
-        return engine.completion_body([1], SamplingParams(temperature=1.0, max_tokens=8), None, adapter)
-
-    assert body(None, True, None)["cache_prompt"]
-    assert body(["executor"], False, "executor")["cache_prompt"]
-    assert not body(["executor"], True, "executor")["cache_prompt"]
-    assert not body(["default", "executor"], False, "executor")["cache_prompt"]
-    with pytest.raises(ValueError, match="base_requests=False"):
-        body(["executor"], False, BASE_ADAPTER)
-
-
-def test_the_roles_that_ask_the_policy_engine_for_its_base_are_the_untrained_ones_on_it(tmp_path: Path) -> None:
-    cfg = tiny.config(tmp_path, "run", 1).model_dump()
-    cfg["flow"]["roles"]["executor"] = {"engine": "policy"}
-    cfg.update(lora={"enabled": True, "rank": 4, "alpha": 8}, train_roles=["executor"])
-    assert TrainConfig.from_dict(cfg).frozen_policy_roles == ["planner"]
-    cfg["flow"]["roles"]["planner"]["engine"] = "helper"
-    assert TrainConfig.from_dict(cfg).frozen_policy_roles == []
-    cfg["train_roles"] = ["planner", "executor"]
-    cfg["flow"]["roles"]["planner"]["engine"] = "policy"
-    assert TrainConfig.from_dict(cfg).frozen_policy_roles == []
+    engine = LlamaCppPolicyEngine(LlamaCppEngineConfig(model_path=str(tmp_path / "base.gguf"), n_parallel=3),
+                                  trainer_engine=tiny.policy(), work_dir=tmp_path, adapters=["default", "executor"])
+    params = type("Params", (), {"cache_ram_mib": 8192})()
+    engine._tune_params(params)
+    assert params.cache_ram_mib == 0  # no host-memory cache that would move a state between slots
+    planner, executor = [1, 2, 3, 4], [1, 2, 9, 9]
+    assert engine.take_slot("default", planner) == (0, True)  # an empty cache is safe to "reuse"
+    assert engine.take_slot("executor", executor) == (1, True)
+    assert engine.take_slot(BASE_ADAPTER, planner) == (2, True)
+    for slot in (0, 1, 2):
+        engine.release_slot(slot, done=True)
+    assert engine.take_slot("executor", [1, 2, 9, 5]) == (1, True)  # its own weights' slot
+    assert engine.take_slot("executor", [1, 2, 9, 9]) == (0, False)  # the other slots hold other weights
+    assert engine.take_slot(BASE_ADAPTER, [7]) == (2, True)
+    for slot in (0, 1, 2):
+        engine.release_slot(slot, done=slot != 1)
+    assert engine.take_slot("executor", [1, 2, 9, 9, 9]) == (0, True)  # slot 0 now holds executor's prompt
+    assert engine.take_slot("executor", [1, 2, 9, 5]) == (1, False)  # slot 1's request did not finish
+    for slot in (0, 1):
+        engine.release_slot(slot, done=True)
+    engine._forget_slots()  # what a reload does: a fresh server caches nothing
+    assert engine.take_slot("default", [5]) == (0, True)
+    single = LlamaCppPolicyEngine(LlamaCppEngineConfig(model_path=str(tmp_path / "base.gguf")),
+                                  trainer_engine=tiny.policy(), work_dir=tmp_path)
+    body = single.completion_body([1], SamplingParams(temperature=1.0, max_tokens=8), None)
+    assert body["cache_prompt"] and "id_slot" not in body  # the planner alone: one set of weights
 
 
 def test_a_rollout_engine_that_syncs_adapters_is_refused_without_lora_or_an_address() -> None:

@@ -221,6 +221,10 @@ def test_the_config_refuses_what_it_cannot_train(tmp_path: Path, base: Path) -> 
     # the trained roles sample in rollouts and are greedy in evaluation
     assert cfg.rollout_flow_config().roles.executor.sampling.temperature == 1.0
     assert cfg.eval_flow_config().roles.executor.sampling.temperature == 0.0
+    own = TrainConfig.from_dict({**good, "role_optim": {"executor": {"temperature": 0.6}}})
+    rollout = own.rollout_flow_config().roles
+    assert (rollout.executor.sampling.temperature, rollout.planner.sampling.temperature) == (0.6, 1.0)
+    assert own.eval_flow_config().roles.executor.sampling.temperature == 0.0
 
 
 class AdapterRecorder(RecordingEngine):

@@ -163,6 +163,7 @@ class LlamaCppEngine(Engine):
             # that listener private; direct calls do not need it.
             params = _build_params(self.config, self.model_path, self.n_threads,
                                    api_key=secrets.token_urlsafe(24))
+            self._tune_params(params)
             adapters = self.lora_files()
             if adapters:
                 params.lora_adapters = [xllamacpp.CommonAdapterLoraInfo(str(path), scale)
@@ -177,6 +178,9 @@ class LlamaCppEngine(Engine):
             self.load_seconds = time.perf_counter() - started
             log.info("llama.cpp loaded %s in %.2fs (n_ctx=%d, n_parallel=%d, n_threads=%d)", self.model_name,
                      self.load_seconds, self.config.n_ctx, self.config.n_parallel, self.n_threads)
+
+    def _tune_params(self, params: Any) -> None:
+        """Adjust llama.cpp's parameters before the model loads (a subclass's hook)."""
 
     def lora_files(self) -> list[tuple[Path, float]]:
         """The llama.cpp LoRA files to load over the model, each with its default scale: the config's

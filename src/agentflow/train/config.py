@@ -106,10 +106,12 @@ class DataSettings(_Strict):
 
 
 class RoleOptimSettings(_Strict):
-    """One trained role's optimiser settings (`role_optim.ROLE.*`); unset: the run's."""
+    """One trained role's own training settings (`role_optim.ROLE.*`); unset: the run's."""
 
     learning_rate: float | None = Field(None, gt=0.0, description="This role's AdamW peak learning rate.")
     max_grad_norm: float | None = Field(None, gt=0.0, description="Clip this role's gradient norm to this value.")
+    temperature: float | None = Field(None, gt=0.0, description="This role's sampling temperature during "
+                                      "rollouts (the trainer's log-probs are of the same tempered distribution).")
 
 
 def _default_train_flow() -> FlowConfig:
@@ -145,8 +147,8 @@ class TrainConfig(_Strict):
         "adapter over the one base model of the policy engine, which every trained role's engine must be; its "
         "calls become its own training rows.")
     role_optim: dict[TrainableRole, RoleOptimSettings] = Field(
-        default_factory=dict, description="Per trained role, its own learning_rate / max_grad_norm (the "
-        "`role_optim.ROLE.*` keys); each trained role has its own AdamW state and schedule.")
+        default_factory=dict, description="Per trained role, its own learning_rate / max_grad_norm / rollout "
+        "temperature (the `role_optim.ROLE.*` keys); each trained role has its own AdamW state and schedule.")
     role_advantages: Literal["per_role", "shared"] = Field(
         "per_role", description="per_role: each trained role's rows get their advantages group-normalised among "
         "that role's rows; shared: one normalisation over the rows of every role. Identical for estimators that "
@@ -302,12 +304,6 @@ class TrainConfig(_Strict):
         return getattr(self.flow.roles, self.train_roles[0]).engine
 
     @property
-    def frozen_policy_roles(self) -> list[str]:
-        """The roles on the policy's engine that are not trained: they decode with the base model."""
-        return [role for role in type(self.flow.roles).model_fields
-                if getattr(self.flow.roles, role).engine == self.policy_engine_name and role not in self.train_roles]
-
-    @property
     def adapter_roles(self) -> bool:
         """True when a role other than the planner trains: one named adapter per role, chosen per call."""
         return self.train_roles != ["planner"]
@@ -331,9 +327,11 @@ class TrainConfig(_Strict):
         flow = self.flow.model_copy(deep=True)
         if self.max_turns is not None:
             flow.limits.max_turns = self.max_turns
-        if self.temperature is not None:
-            for role in self.train_roles:
-                getattr(flow.roles, role).sampling.temperature = self.temperature
+        for role in self.train_roles:
+            settings = self.role_optim.get(role)  # type: ignore[call-overload]
+            temperature = settings.temperature if settings and settings.temperature else self.temperature
+            if temperature is not None:
+                getattr(flow.roles, role).sampling.temperature = temperature
         if self.planner_max_tokens is not None:
             flow.roles.planner.sampling.max_tokens = self.planner_max_tokens
         return flow

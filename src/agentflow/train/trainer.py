@@ -246,7 +246,7 @@ class Trainer:
                                       n_threads=settings.n_threads, n_ctx=settings.n_ctx)
         adapters = [adapter_name(role) for role in self.config.train_roles]
         return LlamaCppPolicyEngine(config, trainer_engine=policy, work_dir=self.out_dir / "rollout_engine",
-                                    adapters=adapters, base_requests=bool(self.config.frozen_policy_roles))
+                                    adapters=adapters)
 
     def _vllm_policy(self, policy: TransformersEngine) -> Any:
         """A vLLM server that loads the trainer's adapter at runtime (`engine_rollout.VLLMPolicyEngine`)."""
