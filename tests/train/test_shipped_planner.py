@@ -1,5 +1,6 @@
-"""The planner adapter shipped with the package (trained by benchmarks/learning_cpu.sh) loads over the bundled
-model and does what its numbers say: on held-out questions it looks the number up first, then computes."""
+"""The adapters shipped with the package load over the bundled model and do what their numbers say: the planner
+(trained by benchmarks/learning_cpu.sh) looks the number up first, then computes; the executor (trained by
+train_executor.yaml) writes the program that computes the answer from what the look-up found."""
 
 from __future__ import annotations
 
@@ -42,6 +43,38 @@ def test_the_shipped_planner_looks_up_then_computes_where_the_frozen_one_does_no
 
     assert tools("flow_lookup_compute_trained.yaml") == [["wikipedia_search", "python"]] * 4
     assert tools("flow_lookup_compute.yaml") != [["wikipedia_search", "python"]] * 4
+
+
+def test_the_shipped_executor_carries_its_measured_numbers() -> None:
+    about = json.loads((BUNDLED_ADAPTERS / "lookup_compute_executor" / "about.json").read_text())
+    assert about["role"] == "executor" and about["held_out_questions"] >= 200
+    assert about["trained_measure"] >= about["frozen_measure"] + 0.2
+    assert about["trained_accuracy"] > about["frozen_accuracy"]
+
+
+@pytest.mark.slow
+def test_the_shipped_executor_writes_programs_that_print_the_answer_where_the_frozen_one_does_not() -> None:
+    """flow_executor_trained.yaml (the executor trained by train_executor.yaml) against flow_executor.yaml (the
+    same flow, executor frozen) on held-out questions: the trained executor's programs print the gold answer."""
+    from agentflow.train.config import DataSettings
+    from agentflow.train.data import default_paths, load_questions
+
+    questions = load_questions(default_paths("lookup_compute")[1], DataSettings())[:6]
+
+    def printed(config: str) -> list[bool]:
+        """Per question: whether its python call printed the gold answer."""
+        async def run() -> list[bool]:
+            async with Flow.from_config(FlowConfig.from_yaml(CONFIGS / config)) as flow:
+                trajectories = await asyncio.gather(*(flow.asolve(q.question) for q in questions))
+            return [any(turn.tool == "python" and turn.tool_call is not None
+                        and turn.tool_call.output.strip() == str(q.answer) for turn in t.turns)
+                    for q, t in zip(questions, trajectories, strict=True)]
+
+        return asyncio.run(run())
+
+    trained, frozen = printed("flow_executor_trained.yaml"), printed("flow_executor.yaml")
+    assert sum(trained) >= 5, trained
+    assert sum(trained) >= sum(frozen) + 2, (trained, frozen)
 
 
 def test_a_saved_adapter_becomes_the_llama_cpp_lora_file_the_trainer_writes_from_the_loaded_model(
