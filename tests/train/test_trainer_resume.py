@@ -91,3 +91,20 @@ def test_a_resumed_run_draws_what_the_uninterrupted_run_drew(tmp_path: Path) -> 
     resumed = config(tmp_path, "cut", 3)
     Trainer(resumed, engines={"policy": policy(), "helper": helper()}).run(resume=True)
     assert drawn(tmp_path / "cut", 3) == drawn(whole, 3)
+
+
+def test_a_run_resumed_after_its_last_step_evaluates_it_once(tmp_path: Path) -> None:
+    """Killed during its final evaluation (the last checkpoint is at max_steps, no evaluation file): --resume
+    evaluates; resumed again, it does not evaluate twice. The same evaluates a checkpoint with --max-steps N."""
+    Trainer(config(tmp_path, "run", 2), engines={"policy": policy(), "helper": helper()}).run()
+    run = tmp_path / "run"
+    final = run / "eval" / "step-2.jsonl"
+    assert final.is_file() and (run / "checkpoints" / "step-000001").is_dir()
+    final.unlink()
+    Trainer(config(tmp_path, "run", 2), engines={"policy": policy(), "helper": helper()}).run(resume=True)
+    assert final.is_file() and not list((run / "eval").glob("*.partial"))
+    evaluated = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert sum("eval/accuracy" in row for row in evaluated) == 2  # the first run's and the resumed one's
+    Trainer(config(tmp_path, "run", 2), engines={"policy": policy(), "helper": helper()}).run(resume=True)
+    evaluated = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert sum("eval/accuracy" in row for row in evaluated) == 2

@@ -18,6 +18,7 @@ import copy
 import json
 import logging
 import math
+import os
 import random
 import time
 import warnings
@@ -458,7 +459,9 @@ class Trainer:
         metrics["eval/seconds"] = batch.seconds
         path = self.out_dir / "eval" / f"{label}.jsonl"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(json.dumps(rec) + "\n" for rec in records))
+        partial = path.with_suffix(".jsonl.partial")  # the file exists only once complete (what --resume reads)
+        partial.write_text("".join(json.dumps(rec) + "\n" for rec in records))
+        os.replace(partial, path)
         return metrics
 
     # -- the run -----------------------------------------------------------------------------------
@@ -502,6 +505,11 @@ class Trainer:
             sft_rows = await self._collect_teacher() * cfg.sft_epochs
             random.Random(cfg.seed).shuffle(sft_rows)
         last_eval: dict[str, Any] = {}
+        if self.step == cfg.max_steps and not (self.out_dir / "eval" / f"step-{self.step}.jsonl").is_file():
+            # resumed after its last step, whose evaluation did not finish (or a run resumed with --max-steps at
+            # a checkpoint's step): evaluate it now
+            last_eval = await self.evaluate(f"step-{self.step}")
+            self.metrics.log(self.step, last_eval)
         per_step = math.ceil(len(sft_rows) / max(cfg.max_steps, 1)) if sft_rows else 0
         while self.step < cfg.max_steps:
             step_start = time.perf_counter()
