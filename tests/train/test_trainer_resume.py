@@ -15,6 +15,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from agentflow.config import TransformersEngineConfig
 from agentflow.engines.hf import TransformersEngine
 from agentflow.engines.scripted import ScriptedEngine
+from agentflow.errors import ConfigError
 from agentflow.train.config import TrainConfig
 from agentflow.train.trainer import Trainer
 from tests.engines.test_constrained import byte_tokenizer
@@ -108,3 +109,23 @@ def test_a_run_resumed_after_its_last_step_evaluates_it_once(tmp_path: Path) -> 
     Trainer(config(tmp_path, "run", 2), engines={"policy": policy(), "helper": helper()}).run(resume=True)
     evaluated = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert sum("eval/accuracy" in row for row in evaluated) == 2
+
+
+def test_a_fresh_run_refuses_a_directory_that_holds_a_run(tmp_path: Path) -> None:
+    """Started again without --resume (the mistake is one forgotten flag), a run would redraw step 1 over the
+    finished run's rollouts and append to its metrics: it stops before writing anything, and says why."""
+    Trainer(config(tmp_path, "run", 2), engines={"policy": policy(), "helper": helper()}).run()
+    run = tmp_path / "run"
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    with pytest.raises(ConfigError, match="already holds a run .*step-000002.*--resume"):
+        Trainer(config(tmp_path, "run", 3), engines={"policy": policy(), "helper": helper()}).run()
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    # a directory holding only another run's metrics (no checkpoint yet) is refused too; an empty one is not
+    metrics_only = tmp_path / "metrics_only"
+    metrics_only.mkdir()
+    (metrics_only / "metrics.jsonl").write_text('{"step": 1}\n')
+    with pytest.raises(ConfigError, match="metrics.jsonl"):
+        Trainer(config(tmp_path, "metrics_only", 1), engines={"policy": policy(), "helper": helper()}).run()
+    (tmp_path / "empty").mkdir()
+    Trainer(config(tmp_path, "empty", 1), engines={"policy": policy(), "helper": helper()}).run()
+    assert (tmp_path / "empty" / "checkpoints" / "step-000001").is_dir()

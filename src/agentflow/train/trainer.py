@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from agentflow.engines.base import Engine
+from agentflow.errors import ConfigError
 from agentflow.flow import Flow
 from agentflow.train.advantages import no_signal_groups, role_advantages
 from agentflow.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
@@ -234,7 +235,6 @@ class Trainer:
         """llama.cpp over the policy's base re-written as F16, to carry the trainer's adapter (synced later)."""
         from agentflow.bundled import bundled_model_path
         from agentflow.config import LlamaCppEngineConfig
-        from agentflow.errors import ConfigError
         from agentflow.train.engine_rollout import LlamaCppPolicyEngine
         from agentflow.train.export import converted_gguf
 
@@ -478,6 +478,8 @@ class Trainer:
     async def arun(self, *, resume: bool = False) -> dict[str, Any]:
         """Train (or only evaluate, for `frozen` and max_steps 0); return the final metrics."""
         cfg = self.config
+        if not resume:
+            self._refuse_finished_work()
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self._setup()
         (self.out_dir / "config.json").write_text(cfg.model_dump_json(indent=2))
@@ -496,6 +498,16 @@ class Trainer:
             self.metrics.close()
             await self.flow.aclose()
         return final
+
+    def _refuse_finished_work(self) -> None:
+        """A fresh run never writes into another run's directory: its metrics, rollouts and evaluations would be
+        overwritten or mixed with the new run's (`--resume` continues that run instead)."""
+        checkpoints = list_checkpoints(self.out_dir / "checkpoints")
+        metrics = self.out_dir / "metrics.jsonl"
+        if checkpoints or (metrics.is_file() and metrics.stat().st_size > 0):
+            held = f"checkpoints up to {checkpoints[-1].name}" if checkpoints else "metrics.jsonl"
+            raise ConfigError(f"{self.out_dir} already holds a run ({held}): pass --resume to continue it, or "
+                              "another --out (or remove the directory) to start afresh")
 
     async def _train_loop(self) -> dict[str, Any]:
         cfg = self.config
