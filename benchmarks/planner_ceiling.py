@@ -7,6 +7,9 @@
   tool) is one of them. The best of them is what a planner that learns one plan for every question reaches.
 - `frozen`: the untrained planner itself (the config's policy engine, greedy as evaluated).
 - `const:T1+T2`: one constant sequence.
+- `oracle_sampled`: the untrained planner sampled at the training config's rollout temperature, its tool
+  replaced by the right one (then `answer`): its own sub-goal and context stay. What the right tool choice
+  earns under the rollouts' sampling, i.e. how clearly the reward tells a sampled planner which tool fits.
 
 Everything else (executor, tools, generator, scoring) is the config's evaluation flow, so these bound what
 training the planner can reach and what it must beat.
@@ -27,6 +30,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from agentflow.config import STOP_ACTION
+from agentflow.engines import build_engine
+from agentflow.engines.base import Completion, Engine, Message, SamplingParams
 from agentflow.engines.scripted import ScriptedEngine
 from agentflow.flow import Flow
 from agentflow.train.config import TrainConfig
@@ -68,6 +73,37 @@ def scripted(questions: list[Question], plan, sub_goal, *, stop: bool) -> Script
     return ScriptedEngine(reply)
 
 
+class RightTool(Engine):
+    """The untrained planner at the rollout temperature, with the tool of each reply set to the right one."""
+
+    supports_json_schema = True
+
+    def __init__(self, inner: Engine, questions: list[Question], temperature: float, *, stop: bool) -> None:
+        self.inner, self.temperature, self.stop = inner, temperature, stop
+        self.by_text = {q.question: q for q in questions}
+        self.model_name = f"{getattr(inner, 'model_name', 'planner')}+right-tool"
+
+    async def generate(self, messages: list[Message], sampling: SamplingParams, *,
+                       json_schema: dict | None = None) -> Completion:
+        sampled = sampling.model_copy(update={"temperature": self.temperature})
+        completion = await self.inner.generate(messages, sampled, json_schema=json_schema)
+        text = messages[-1]["content"]
+        question = self.by_text[re.search(r"Question: (.*)", text).group(1).strip()]
+        turn = int(re.search(r"Step (\d+) of", text).group(1))
+        tools = right_tools(question)
+        tool = tools[turn - 1] if turn <= len(tools) else STOP_ACTION if self.stop else tools[-1]
+        try:
+            reply = json.loads(completion.text)
+        except ValueError:
+            reply = {}
+        reply = reply if isinstance(reply, dict) else {}
+        reply["tool_name"] = tool
+        return completion.model_copy(update={"text": json.dumps(reply)})
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
 def constant_sequences(tools: list[str], max_turns: int, *, stop: bool) -> list[tuple[str, ...]]:
     """Every sequence the same for all questions: with `stop`, of length 0 to max_turns (then `answer`);
     without, exactly max_turns tools."""
@@ -75,7 +111,7 @@ def constant_sequences(tools: list[str], max_turns: int, *, stop: bool) -> list[
     return [seq for n in lengths for seq in itertools.product(tools, repeat=n)]
 
 
-async def measure(cfg: TrainConfig, questions: list[Question], planner: ScriptedEngine | None) -> dict:
+async def measure(cfg: TrainConfig, questions: list[Question], planner: Engine | None) -> dict:
     engines = {cfg.policy_engine_name: planner} if planner is not None else {}
     flow = Flow.from_config(cfg.eval_flow_config(), engines=engines)
     start = time.perf_counter()
@@ -84,14 +120,20 @@ async def measure(cfg: TrainConfig, questions: list[Question], planner: Scripted
     finally:
         await flow.aclose()
     kinds: dict[str, list[bool]] = defaultdict(list)
+    first: dict[str, list[bool]] = defaultdict(list)
     sequences: dict[str, int] = defaultdict(int)
     for r in batch.rollouts + batch.excluded:
-        kinds[r.question.meta.get("kind", "all")].append(bool(r.score and r.score.correct))
-        sequences[" > ".join(str(t.tool) for t in r.trajectory.turns)] += 1
+        kind, right = r.question.meta.get("kind", "all"), bool(r.score and r.score.correct)
+        kinds[kind].append(right)
+        turns = r.trajectory.turns
+        first[f"{kind} < {turns[0].tool if turns else None}"].append(right)
+        sequences[" > ".join(str(t.tool) for t in turns)] += 1
     n = sum(len(v) for v in kinds.values())
     return {"accuracy": round(sum(sum(v) for v in kinds.values()) / n, 4),
             "by_kind": {k: round(sum(v) / len(v), 4) for k, v in sorted(kinds.items())}, "questions": n,
             "sequences": dict(sorted(sequences.items(), key=lambda kv: -kv[1])[:8]),
+            # "kind < first action": [questions, share right]
+            "by_first_action": {k: [len(v), round(sum(v) / len(v), 4)] for k, v in sorted(first.items())},
             "infrastructure_failures": len(batch.excluded), "seconds": round(time.perf_counter() - start, 1)}
 
 
@@ -121,10 +163,15 @@ def main() -> None:
     stop = flow_cfg.planner_stop
     questions = pick(load_questions(cfg.data.eval_path or default_paths(cfg.data.task)[1], cfg.data),
                      per_kind=args.per_kind, limit=args.limit)
-    modes: dict[str, ScriptedEngine | None] = {}
+    modes: dict[str, Engine | None] = {}
     for mode in args.modes.split(","):
         if mode == "oracle":
             modes[mode] = scripted(questions, right_tools, oracle_sub_goal, stop=stop)
+        elif mode == "oracle_sampled":
+            temperature = flow_cfg.roles.planner.sampling.temperature if cfg.temperature is None \
+                else cfg.temperature
+            inner = build_engine(flow_cfg.engines[cfg.policy_engine_name])
+            modes[mode] = RightTool(inner, questions, temperature, stop=stop)
         elif mode == "frozen":
             modes[mode] = None
         elif mode == "constants" or mode.startswith("const:"):
