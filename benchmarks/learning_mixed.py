@@ -140,7 +140,9 @@ def main() -> None:
     parser.add_argument("--frozen", type=Path, default=None,
                         help="the frozen evaluation (a run's step-0 one) of seeds trained with eval_at_start: false")
     parser.add_argument("--frozen-again", type=Path, default=None, help="a run of --algorithm frozen")
-    parser.add_argument("--ceiling", type=Path, required=True, help="planner_ceiling.py's JSON (oracle, constants)")
+    parser.add_argument("--ceiling", type=Path, default=None,
+                        help="planner_ceiling.py's JSON (oracle, constants) on the same held-out questions; without "
+                             "it, the seeds' frozen and trained numbers alone (runs evaluated on a subset)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
 
@@ -150,9 +152,10 @@ def main() -> None:
     for s in seeds:
         s.pop("config")
     frozen_runs = {s["frozen_run"]: s["frozen_accuracy"] for s in seeds}  # each frozen evaluation once
-    ceiling = json.loads(args.ceiling.read_text())
-    constants = {m.removeprefix("const:"): r["accuracy"] for m, r in ceiling.items() if m.startswith("const:")}
-    best = max(constants, key=constants.get)
+    ceiling = json.loads(args.ceiling.read_text()) if args.ceiling else None
+    constants = {m.removeprefix("const:"): r["accuracy"] for m, r in (ceiling or {}).items()
+                 if m.startswith("const:")}
+    best = max(constants, key=constants.get) if constants else None
     frozen = list(frozen_runs.values())
     if args.frozen_again is not None:
         frozen.append(evaluations(read_metrics(args.frozen_again))[0]["eval/accuracy_all"])
@@ -176,10 +179,12 @@ def main() -> None:
         "gain_over_frozen_points": round(100 * (trained_mean - frozen_mean), 1),
         "gain_over_frozen_points_by_seed": [round(100 * (s["trained_accuracy"] - s["frozen_accuracy"]), 1)
                                             for s in seeds],
-        "best_constant_accuracy": constants[best], "best_constant_sequence": best.split("+") if best else [],
-        "gain_over_best_constant_points": round(100 * (trained_mean - constants[best]), 1),
-        "ceiling_accuracy": ceiling["oracle"]["accuracy"], "ceiling_by_kind": ceiling["oracle"]["by_kind"],
-        "best_constant_by_kind": ceiling[f"const:{best}"]["by_kind"],
+        "best_constant_accuracy": constants[best] if best else None,
+        "best_constant_sequence": best.split("+") if best else None,
+        "gain_over_best_constant_points": round(100 * (trained_mean - constants[best]), 1) if best else None,
+        "ceiling_accuracy": ceiling["oracle"]["accuracy"] if ceiling else None,
+        "ceiling_by_kind": ceiling["oracle"]["by_kind"] if ceiling else None,
+        "best_constant_by_kind": ceiling[f"const:{best}"]["by_kind"] if ceiling and best else None,
         "frozen_by_kind": {k: round(statistics.mean(s["frozen_by_kind"].get(k, 0.0) for s in seeds), 4)
                            for k in kind_names},
         "trained_by_kind": {k: round(statistics.mean(s["trained_by_kind"].get(k, 0.0) for s in seeds), 4)
