@@ -55,19 +55,25 @@ def oracle_sub_goal(question: Question, tool: str, turn: int) -> str:
                          else " * ").join(numbers)
 
 
+def planned_step(by_text: dict[str, Question], messages: list[Message], plan, *,
+                 stop: bool) -> tuple[Question, str, int]:
+    """The question a planner prompt asks about, the tool `plan(question)` names at its turn (after the plan:
+    `answer` with `stop`, else the last tool again), and the turn."""
+    text = messages[-1]["content"]
+    question = by_text[re.search(r"Question: (.*)", text).group(1).strip()]
+    turn = int(re.search(r"Step (\d+) of", text).group(1))
+    tools = plan(question)
+    if turn > len(tools):
+        return question, STOP_ACTION if stop or not tools else tools[-1], turn
+    return question, tools[turn - 1], turn
+
+
 def scripted(questions: list[Question], plan, sub_goal, *, stop: bool) -> ScriptedEngine:
     """A planner that plays `plan(question)` turn by turn, then `answer` (with `stop`) or its last tool again."""
     by_text = {q.question: q for q in questions}
 
     def reply(messages):
-        text = messages[-1]["content"]
-        question = by_text[re.search(r"Question: (.*)", text).group(1).strip()]
-        turn = int(re.search(r"Step (\d+) of", text).group(1))
-        tools = plan(question)
-        if turn > len(tools):
-            tool = STOP_ACTION if stop or not tools else tools[-1]
-        else:
-            tool = tools[turn - 1]
+        question, tool, turn = planned_step(by_text, messages, plan, stop=stop)
         return json.dumps({"tool_name": tool, "sub_goal": sub_goal(question, tool, turn), "context": ""})
 
     return ScriptedEngine(reply)
@@ -87,11 +93,7 @@ class RightTool(Engine):
                        json_schema: dict | None = None) -> Completion:
         sampled = sampling.model_copy(update={"temperature": self.temperature})
         completion = await self.inner.generate(messages, sampled, json_schema=json_schema)
-        text = messages[-1]["content"]
-        question = self.by_text[re.search(r"Question: (.*)", text).group(1).strip()]
-        turn = int(re.search(r"Step (\d+) of", text).group(1))
-        tools = right_tools(question)
-        tool = tools[turn - 1] if turn <= len(tools) else STOP_ACTION if self.stop else tools[-1]
+        _, tool, _ = planned_step(self.by_text, messages, right_tools, stop=self.stop)
         try:
             reply = json.loads(completion.text)
         except ValueError:
