@@ -43,6 +43,8 @@ def test_parse_reads_text_usage_token_ids_and_logprobs() -> None:
     assert (completion.text, completion.prompt_tokens, completion.completion_tokens) == ("hi", 9, 2)
     assert completion.token_ids == [5, 2] and completion.logprobs == [-0.5, -0.1]
     assert completion.prompt_token_ids is None
+    assert completion.cached_prompt_tokens is None  # not reported: unknown, not zero
+    assert parse_chat_response({**reply, "timings": {"cache_n": 7}}, model="m", seconds=0.1).cached_prompt_tokens == 7
 
 
 def test_parse_turns_post_sampling_probabilities_into_logprobs() -> None:
@@ -129,6 +131,9 @@ def test_bundled_model_answers_constrained_and_concurrently(engine: LlamaCppEngi
         busy = (after["n_busy_slots_per_decode"] * after["n_decode_total"]
                 - before["n_busy_slots_per_decode"] * before["n_decode_total"])
         assert decodes > 0 and busy / decodes > 1.5
+        # the same prompt again, alone: llama.cpp reads it from a slot's cache, and says how much it reused
+        again = await engine.generate(counting, greedy)
+        assert again.cached_prompt_tokens is not None and 0 < again.cached_prompt_tokens < again.prompt_tokens
 
     asyncio.run(scenario())
     asyncio.run(engine.aclose())

@@ -10,6 +10,7 @@ import asyncio
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -589,6 +590,13 @@ def test_the_llamacpp_engine_names_each_requests_adapter(tmp_path: Path) -> None
     for wrong, match in ((None, "must name one"), ("verifier", "unknown adapter")):
         with pytest.raises(ValueError, match=match):
             two.completion_body([1], sampling, None, wrong)
+    # the planner's adapter alone, with frozen roles on the same engine: each request names its weights
+    shared = LlamaCppPolicyEngine(LlamaCppEngineConfig(model_path=str(tmp_path / "base.gguf")),
+                                  trainer_engine=tiny.policy(), work_dir=tmp_path, base_requests=True)
+    shared.adapter_paths = {"default": tmp_path / "a.gguf"}
+    assert shared.lora_files() == [(tmp_path / "a.gguf", 0.0)]
+    assert shared.completion_body([1], sampling, None, "default")["lora"] == [{"id": 0, "scale": 1.0}]
+    assert shared.completion_body([1], sampling, None, BASE_ADAPTER)["lora"] == [{"id": 0, "scale": 0.0}]
 
 
 def test_a_request_reuses_a_slots_cached_prompt_only_where_the_same_weights_computed_it(tmp_path: Path) -> None:
@@ -634,3 +642,27 @@ def test_a_rollout_engine_that_syncs_adapters_is_refused_without_lora_or_an_addr
         TrainConfig.from_dict({"rollout_engine": {"kind": "vllm"}})
     assert TrainConfig.from_dict({"rollout_engine": {"kind": "llamacpp"}}).rollout_engine.tis_enabled
     assert not TrainConfig.from_dict({}).rollout_engine.tis_enabled
+
+
+def test_the_llamacpp_rollout_engine_reads_the_base_it_is_given(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`rollout_engine.base`: the policy's GGUF re-written as F16 (default) or Q8_0, nothing else."""
+    from agentflow.errors import ConfigError
+    from agentflow.train import export
+
+    converted: list[str] = []
+
+    def convert(path: Path, file_type: str, **_: Any) -> Path:
+        converted.append(file_type)
+        out = tmp_path / f"base.{file_type}.gguf"
+        out.write_bytes(b"")  # never loaded: the engine loads on its first request
+        return out
+
+    monkeypatch.setattr(export, "converted_gguf", convert)
+    for base in ("f16", "q8_0"):
+        cfg = TrainConfig.from_dict({"rollout_engine": {"kind": "llamacpp", "base": base}})
+        engine = Trainer._llamacpp_policy(SimpleNamespace(config=cfg, out_dir=tmp_path), tiny.policy())
+        assert engine.config.model_path == str(tmp_path / f"base.{base}.gguf")
+    assert converted == ["f16", "q8_0"]
+    with pytest.raises(ConfigError, match="base"):
+        TrainConfig.from_dict({"rollout_engine": {"kind": "llamacpp", "base": "q4_0"}})

@@ -24,8 +24,8 @@ class TokenEngine(Engine):
 
     async def generate(self, messages, sampling: SamplingParams, *, json_schema=None) -> Completion:
         ids = list(range(len(self.reply.split())))
-        return Completion(text=self.reply, prompt_token_ids=[1, 2, 3], token_ids=ids,
-                          logprobs=[-0.5] * len(ids))
+        return Completion(text=self.reply, prompt_token_ids=[1, 2, 3], token_ids=ids, prompt_tokens=3,
+                          cached_prompt_tokens=1, logprobs=[-0.5] * len(ids))
 
 
 PLAN = json.dumps({"context": "", "sub_goal": "look it up", "tool_name": "base_generator"})
@@ -69,6 +69,12 @@ async def test_group_rollouts_are_scored_and_turned_into_rows():
     assert metrics["tool_choice_accuracy"] == 0.5
     assert metrics["tool/turn1/base_generator"] == 1.0 and metrics["excluded_share"] == 0.0
     assert 0 <= metrics["accuracy"] <= 1 and batch.rewards().shape == (4,)
+    # prompt tokens read per role; cached ones where the engine says (the scripted helper does not)
+    assert metrics["rollout/prompt_tokens/planner"] == 12 and metrics["rollout/cached_prompt_tokens/planner"] == 4
+    assert metrics["rollout/prompt_tokens/generator"] > 0 and "rollout/cached_prompt_tokens/generator" not in metrics
+    assert metrics["rollout/prompt_tokens"] == sum(v for k, v in metrics.items()
+                                                   if k.startswith("rollout/prompt_tokens/"))
+    assert metrics["rollout/cached_prompt_tokens"] == 4
 
 
 async def test_infrastructure_failures_are_excluded_and_counted():

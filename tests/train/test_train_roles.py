@@ -63,8 +63,8 @@ def config(tmp_path: Path, base: Path, run: str, steps: int, **extra) -> TrainCo
     raw["flow"]["limits"]["plan_chars"] = 8
     raw["flow"]["roles"]["executor"] = {"engine": "policy", "sampling": {"temperature": 1.0, "max_tokens": 16}}
     raw["flow"]["tools"] = {"wikipedia_search": {}}
-    raw.update(lora={"enabled": True, "rank": 4, "alpha": 8}, train_roles=["planner", "executor"],
-               learning_rate=5e-2, **extra)
+    raw.update({"lora": {"enabled": True, "rank": 4, "alpha": 8}, "train_roles": ["planner", "executor"],
+                "learning_rate": 5e-2, **extra})
     return TrainConfig.from_dict(raw)
 
 
@@ -267,6 +267,35 @@ def test_a_two_role_run_rolls_out_through_the_inference_engine_one_adapter_per_r
     assert all(m["rows"] > 0 and m["executor/rows"] > 0 for m in steps)
     # each role's engine rows were recomputed by the trainer (its own gap metrics)
     assert all("logprob_gap/mean" in m and "executor/logprob_gap/mean" in m for m in steps)
+
+
+def test_a_frozen_role_on_the_planners_engine_samples_the_base_model(
+        tmp_path: Path, base: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planner trained alone, executor on the same engine: one rollout engine serves both, the planner through
+    its adapter and the executor through none (frozen means frozen); only planner rows are trained."""
+    from agentflow.planner import PLANNER_SYSTEM
+
+    engines: list[AdapterRecorder] = []
+
+    def recorder(self: Trainer, policy: TransformersEngine) -> AdapterRecorder:
+        engines.append(AdapterRecorder(policy, ["default"]))
+        return engines[-1]
+
+    monkeypatch.setattr(Trainer, "_llamacpp_policy", recorder)
+    cfg = config(tmp_path, base, "shared", 2, rollout_engine={"kind": "llamacpp"}, train_roles=["planner"])
+    assert cfg.frozen_policy_roles == ["executor"] and cfg.role_adapters and not cfg.adapter_roles
+    Trainer(cfg, engines={"helper": helper()}).run()
+    calls = engines[0].calls
+    planner = {adapter for system, adapter in calls if system == PLANNER_SYSTEM[:40]}
+    others = {adapter for system, adapter in calls if system != PLANNER_SYSTEM[:40]}
+    assert planner == {"default"} and others == {BASE_ADAPTER}
+    steps = [m for m in metrics(tmp_path / "shared") if "seconds/rollout" in m]
+    assert all(m["rows"] > 0 and "executor/rows" not in m for m in steps)
+    # without LoRA the executor would run on the trained weights: refused
+    raw = cfg.model_dump()
+    raw["lora"] = {"enabled": False}
+    with pytest.raises(ConfigError, match="would run on the trained weights"):
+        TrainConfig.from_dict(raw)
 
 
 def test_eval_runs_a_trained_executor_beside_a_frozen_planner(tmp_path: Path, base: Path) -> None:

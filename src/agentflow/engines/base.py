@@ -39,6 +39,8 @@ class Completion(BaseModel):
     finish_reason: str | None = None
     model: str = ""
     prompt_tokens: int = 0
+    cached_prompt_tokens: int | None = Field(None, description="Prompt tokens the engine took from its prompt "
+                                             "cache instead of reading them (None: the engine does not say).")
     completion_tokens: int = 0
     seconds: float = 0.0
     prompt_token_ids: list[int] | None = None

@@ -392,11 +392,18 @@ def parse_chat_response(response: Any, *, model: str, seconds: float) -> Complet
         finish_reason=choice.get("finish_reason"),
         model=model,
         prompt_tokens=int(usage.get("prompt_tokens") or 0),
+        cached_prompt_tokens=cached_tokens(response),
         completion_tokens=int(usage.get("completion_tokens") or 0),
         seconds=seconds,
         token_ids=token_ids,
         logprobs=logprobs,
     )
+
+
+def cached_tokens(response: Any) -> int | None:
+    """The prompt tokens llama.cpp reused from a cached prompt (`timings.cache_n`), if it reports them."""
+    cached = (response.get("timings") or {}).get("cache_n")
+    return int(cached) if isinstance(cached, (int, float)) else None
 
 
 def _token_logprobs(logprobs: Any) -> tuple[list[int] | None, list[float] | None]:

@@ -176,6 +176,7 @@ def parse_completion(response: Any, *, model: str, seconds: float) -> Completion
         finish_reason=choice.finish_reason,
         model=response.model or model,
         prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        cached_prompt_tokens=getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", None),
         completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
         seconds=seconds,
         prompt_token_ids=[int(t) for t in prompt_token_ids] if isinstance(prompt_token_ids, list) else None,

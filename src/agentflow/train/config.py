@@ -69,6 +69,10 @@ class RolloutEngineSettings(_Strict):
     n_parallel: int = Field(8, ge=1, description="llamacpp: requests decoded together (llama.cpp slots).")
     n_threads: int | None = Field(None, ge=1, description="llamacpp: CPU threads; default: half the cores, at "
                                   "most 4.")
+    base: Literal["f16", "q8_0"] = Field(
+        "f16", description="llamacpp: the base weights the adapter is applied to, the policy's GGUF re-written as "
+        "F16 (log-probs within ~0.003 nats of the trainer's) or Q8_0 (faster to read prompts on a CPU, further "
+        "from the trainer's; truncated importance sampling corrects for the gap).")
     n_ctx: int = Field(16384, ge=512, description="llamacpp: context tokens over all slots (each slot holds "
                        "n_ctx / n_parallel: prompt + reply).")
     tis: bool | None = Field(None, description="Truncated importance sampling: weigh each token's policy "
@@ -280,6 +284,10 @@ class TrainConfig(_Strict):
         if not isinstance(self.flow.engines[policy], TransformersEngineConfig):
             raise ValueError(f"the {roles[0]}'s engine {policy!r} must be kind 'transformers' (the trainable "
                              f"policy), got {self.flow.engines[policy].kind!r}")
+        if self.frozen_policy_roles and not self.lora.enabled and self.algorithm != "frozen":
+            raise ValueError(f"{self.frozen_policy_roles} run on the trained engine {policy!r} but are not in "
+                             "train_roles: without LoRA they would run on the trained weights. Give them another "
+                             "engine, or enable lora (they then run on the base model, without any adapter)")
         stray = sorted(set(self.role_optim) - set(roles))
         if stray:
             raise ValueError(f"role_optim names {stray}, which train_roles does not train")
@@ -307,6 +315,19 @@ class TrainConfig(_Strict):
     def adapter_roles(self) -> bool:
         """True when a role other than the planner trains: one named adapter per role, chosen per call."""
         return self.train_roles != ["planner"]
+
+    @property
+    def frozen_policy_roles(self) -> list[str]:
+        """Roles that run on the trained roles' engine without being trained: they call the base model (no
+        adapter), so the trained model's engine serves them too (one llama.cpp server for every role)."""
+        policy = self.policy_engine_name
+        return [role for role in type(self.flow.roles).model_fields
+                if role not in self.train_roles and getattr(self.flow.roles, role).engine == policy]
+
+    @property
+    def role_adapters(self) -> bool:
+        """True when calls on the policy engine name their adapter (`BASE_ADAPTER` for a frozen role)."""
+        return self.adapter_roles or (bool(self.frozen_policy_roles) and self.lora.enabled)
 
     def role_learning_rate(self, role: str) -> float:
         settings = self.role_optim.get(role)  # type: ignore[call-overload]

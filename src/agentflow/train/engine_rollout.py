@@ -46,7 +46,7 @@ from agentflow.config import LlamaCppEngineConfig
 from agentflow.engines.base import Completion, Engine, Message, SamplingParams
 from agentflow.engines.constrained import COMPACT_JSON
 from agentflow.engines.hf import BASE_ADAPTER, TransformersEngine, _cut_at_stop, _stop_string_end
-from agentflow.engines.llamacpp import NEUTRAL_SAMPLER, LlamaCppEngine, parse_completion_error
+from agentflow.engines.llamacpp import NEUTRAL_SAMPLER, LlamaCppEngine, cached_tokens, parse_completion_error
 from agentflow.errors import EngineContextOverflowError, EngineResponseError, EngineUnavailableError
 from agentflow.train.policy import is_planner_call
 
@@ -134,7 +134,7 @@ class PolicyRollout:
         return list(self._tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _reply(self, messages: list[Message], prompt: list[int], ids: list[int], logprobs: list[float],
-               finish: str, sampling: SamplingParams, seconds: float) -> Completion:
+               finish: str, sampling: SamplingParams, seconds: float, cached: int | None = None) -> Completion:
         """The Completion of a reply given as sampled ids and their raw log-probs; `finish` 'length' or 'stop'."""
         end = _stop_string_end(self._tokenizer, ids, sampling.stop, set(self._eos_ids)) if sampling.stop else None
         if end is not None:
@@ -153,8 +153,8 @@ class PolicyRollout:
         if prefix and is_planner_call(messages):
             text = prefix + text
         return Completion(text=text, finish_reason=finish, model=self.model_name, prompt_tokens=len(prompt),
-                          completion_tokens=len(ids), seconds=seconds, prompt_token_ids=prompt, token_ids=ids,
-                          logprobs=logprobs)
+                          cached_prompt_tokens=cached, completion_tokens=len(ids), seconds=seconds,
+                          prompt_token_ids=prompt, token_ids=ids, logprobs=logprobs)
 
 
 class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
@@ -176,12 +176,13 @@ class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
     """
 
     def __init__(self, config: LlamaCppEngineConfig, *, trainer_engine: TransformersEngine, work_dir: Path,
-                 adapters: list[str] | None = None) -> None:
+                 adapters: list[str] | None = None, base_requests: bool = False) -> None:
         super().__init__(config)
         self._init_policy(trainer_engine)
         self.work_dir = work_dir
         self._n_ctx_slot = config.n_ctx // config.n_parallel
         self.adapters = list(adapters or ["default"])
+        self._base_requests = base_requests
         self.adapter_paths: dict[str, Path] = {}
         """Each served adapter's current llama.cpp LoRA file (filled by `sync`)."""
         self._free_slots = set(range(config.n_parallel))
@@ -226,8 +227,9 @@ class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
 
     @property
     def per_request(self) -> bool:
-        """Several adapters, or a non-planner one: each request names its adapter."""
-        return self.adapters != ["default"]
+        """Several adapters, a non-planner one, or frozen roles served by the base (`base_requests`): each
+        request names its adapter."""
+        return self.adapters != ["default"] or self._base_requests
 
     def lora_files(self) -> list[tuple[Path, float]]:
         # per-request adapters start at scale 0: a request that names none decodes with the base
@@ -335,7 +337,8 @@ class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
         except (KeyError, IndexError, TypeError, ValueError) as err:
             raise EngineResponseError(f"llama.cpp completion without token ids / log-probs: {err}") from err
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
-        return self._reply(messages, prompt, ids, logprobs, finish, sampling, time.perf_counter() - started)
+        return self._reply(messages, prompt, ids, logprobs, finish, sampling, time.perf_counter() - started,
+                           cached_tokens(response))
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "engine": "llamacpp-policy",
@@ -490,7 +493,8 @@ class VLLMPolicyEngine(PolicyRollout, Engine):
             raise _error_for_status(response.status_code, f"vLLM answered {response.status_code}: "
                                                            f"{response.text[:500]}")
         try:
-            choice = response.json()["choices"][0]
+            answer = response.json()
+            choice = answer["choices"][0]
             logprobs = choice["logprobs"]
             ids = [int(str(token).removeprefix("token_id:")) for token in logprobs["tokens"]]
             values = [float(v) for v in logprobs["token_logprobs"]]
@@ -499,7 +503,9 @@ class VLLMPolicyEngine(PolicyRollout, Engine):
         if len(ids) != len(values):
             raise EngineResponseError(f"vLLM returned {len(ids)} tokens but {len(values)} log-probs")
         finish = "length" if choice.get("finish_reason") == "length" else "stop"
-        return self._reply(messages, prompt, ids, values, finish, sampling, time.perf_counter() - started)
+        cached = ((answer.get("usage") or {}).get("prompt_tokens_details") or {}).get("cached_tokens")
+        return self._reply(messages, prompt, ids, values, finish, sampling, time.perf_counter() - started,
+                           cached if isinstance(cached, int) else None)
 
     async def aclose(self) -> None:
         if self._client is not None:

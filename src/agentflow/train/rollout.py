@@ -124,6 +124,7 @@ class RolloutBatch:
             "timed_out_share": sum(1 for r in scored if r.trajectory.stop_reason == "timeout") / n,
             "context_overflows": sum(1 for r in scored if any(f.kind == "context_overflow"
                                                               for f in r.trajectory.failures)),
+            **prompt_token_metrics([r.trajectory for r in scored]),
         }
         names = sorted({*self.tool_names, "invalid", *tools})
         out.update({f"tool/{name}": tools[name] / max(n_turns, 1) for name in names})
@@ -137,6 +138,29 @@ class RolloutBatch:
         if right_tool:
             out["tool_choice_accuracy"] = sum(right_tool) / len(right_tool)
         return out
+
+
+def prompt_token_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    """Prompt tokens of a rollout's model calls per role (the analysis, each turn's planner, executor and
+    verifier, the generator), and how many of them the engine took from its prompt cache where it says: what a
+    rollout reads is what it costs on a CPU."""
+    totals: Counter[str] = Counter()
+    for trajectory in trajectories:
+        calls = [trajectory.analysis, trajectory.generator,
+                 *(c for turn in trajectory.turns for c in (turn.planner, turn.executor, turn.verifier))]
+        for call in calls:
+            if call is None or call.completion is None:
+                continue
+            completion = call.completion
+            totals[f"prompt_tokens/{call.role}"] += completion.prompt_tokens
+            if completion.cached_prompt_tokens is not None:
+                totals[f"cached_prompt_tokens/{call.role}"] += completion.cached_prompt_tokens
+    out = {f"rollout/{key}": float(value) for key, value in sorted(totals.items())}
+    read = sum(v for k, v in totals.items() if k.startswith("prompt_tokens/"))
+    cached = sum(v for k, v in totals.items() if k.startswith("cached_prompt_tokens/"))
+    if read:
+        out["rollout/prompt_tokens"], out["rollout/cached_prompt_tokens"] = float(read), float(cached)
+    return out
 
 
 def expected_tool(question: Question, turn: int) -> str | None:

@@ -163,7 +163,7 @@ class Trainer:
 
         engines = {**self.extra_engines, cfg.policy_engine_name: self.rollout_policy or policy}
         rollout_flow, eval_flow = cfg.rollout_flow_config(), cfg.eval_flow_config()
-        if cfg.adapter_roles:
+        if cfg.role_adapters:
             engines.update(role_views(rollout_flow, self.rollout_policy or policy, cfg))
             role_views(eval_flow, self.rollout_policy or policy, cfg)
         self.flow = Flow.from_config(rollout_flow, engines=engines)
@@ -232,7 +232,8 @@ class Trainer:
         return model
 
     def _llamacpp_policy(self, policy: TransformersEngine) -> Any:
-        """llama.cpp over the policy's base re-written as F16, to carry the trainer's adapter (synced later)."""
+        """llama.cpp over the policy's base re-written as F16 (or Q8_0), to carry the trainer's adapter (synced
+        later); every role on the policy engine samples from it, the frozen ones without an adapter."""
         from agentflow.bundled import bundled_model_path
         from agentflow.config import LlamaCppEngineConfig
         from agentflow.train.engine_rollout import LlamaCppPolicyEngine
@@ -243,11 +244,12 @@ class Trainer:
         if base.suffix != ".gguf" or not base.is_file():
             raise ConfigError(f"rollout_engine kind 'llamacpp' needs the policy's base model as a GGUF file (the "
                               f"bundled model, or a .gguf path); got {model!r}")
-        config = LlamaCppEngineConfig(model_path=str(converted_gguf(base, "f16")), n_parallel=settings.n_parallel,
-                                      n_threads=settings.n_threads, n_ctx=settings.n_ctx)
+        config = LlamaCppEngineConfig(model_path=str(converted_gguf(base, settings.base)),
+                                      n_parallel=settings.n_parallel, n_threads=settings.n_threads,
+                                      n_ctx=settings.n_ctx)
         adapters = [adapter_name(role) for role in self.config.train_roles]
         return LlamaCppPolicyEngine(config, trainer_engine=policy, work_dir=self.out_dir / "rollout_engine",
-                                    adapters=adapters)
+                                    adapters=adapters, base_requests=self.config.role_adapters)
 
     def _vllm_policy(self, policy: TransformersEngine) -> Any:
         """A vLLM server that loads the trainer's adapter at runtime (`engine_rollout.VLLMPolicyEngine`)."""
