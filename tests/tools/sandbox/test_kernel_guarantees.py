@@ -273,6 +273,10 @@ async def test_cancellation_kills_everything() -> None:
         if namespace is None or len(processes_in(namespace)) > 2:
             break
         await asyncio.sleep(0.1)
+    if namespace is None:  # the outer process is gone: give its run a moment to report how it ended
+        await asyncio.wait({task}, timeout=10)
+    if task.done():  # the run ended on its own, before the test cancelled it: say how
+        pytest.fail(f"the sandboxed run ended before it was cancelled: {task.exception() or task.result()!r}")
     assert namespace is not None and processes_in(namespace), "the sandbox never started"
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
