@@ -152,15 +152,11 @@ def prompt_token_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
             if call is None or call.completion is None:
                 continue
             completion = call.completion
-            totals[f"prompt_tokens/{call.role}"] += completion.prompt_tokens
-            if completion.cached_prompt_tokens is not None:
-                totals[f"cached_prompt_tokens/{call.role}"] += completion.cached_prompt_tokens
-    out = {f"rollout/{key}": float(value) for key, value in sorted(totals.items())}
-    read = sum(v for k, v in totals.items() if k.startswith("prompt_tokens/"))
-    cached = sum(v for k, v in totals.items() if k.startswith("cached_prompt_tokens/"))
-    if read:
-        out["rollout/prompt_tokens"], out["rollout/cached_prompt_tokens"] = float(read), float(cached)
-    return out
+            for scope in (f"/{call.role}", ""):
+                totals[f"prompt_tokens{scope}"] += completion.prompt_tokens
+                if completion.cached_prompt_tokens is not None or not scope:
+                    totals[f"cached_prompt_tokens{scope}"] += completion.cached_prompt_tokens or 0
+    return {f"rollout/{key}": float(value) for key, value in sorted(totals.items())}
 
 
 def expected_tool(question: Question, turn: int) -> str | None:

@@ -264,8 +264,8 @@ async def test_cancellation_kills_everything() -> None:
                                            on_start=pids.append))
     namespace = None
     # the outer process makes the namespace shortly after it starts, then the program forks its survivor; the
-    # limits are for a sandbox that never starts (on a loaded 2-core machine it once took more than 6 s)
-    # (a namespace that cannot be read yet is no answer: only the run's end stops the wait early)
+    # limits are for a sandbox that never starts (on a loaded 2-core machine it once took more than 6 s); a
+    # namespace that cannot be read yet is no answer, only the run's end stops the wait early
     ours = pid_namespace_of(os.getpid())
     for _ in range(3000):
         await asyncio.sleep(0.02)
