@@ -108,8 +108,9 @@ class Trajectory(BaseModel):
     tools: list[str] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     seconds: float = 0.0
-    queue_seconds: float = Field(0.0, description="Of `seconds`, the time spent waiting for a shared engine's "
-                                 "capacity (not counted against the question's time limit).")
+    queue_seconds: float = Field(0.0, description="Of `seconds`, what the question's time limit did not count: "
+                                 "waits for a shared engine's capacity, and the other requests' share of the time "
+                                 "its own were served together with them (`agentflow.clock`).")
     started_at: str = ""
 
     @property

@@ -6,6 +6,7 @@ import asyncio
 import json
 import math
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,35 @@ def test_a_cancelled_request_stops_inside_llama_cpp_and_frees_its_slot() -> None
         assert short.completion_tokens > 0
         spent = engine.metrics()["tokens_predicted_total"] - before
         assert spent < 300, f"the cancelled request went on decoding ({spent} tokens)"
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        asyncio.run(engine.aclose())
+
+
+@pytest.mark.slow
+def test_requests_decoded_together_are_each_charged_their_share_of_the_time() -> None:
+    """Two questions' requests decoded together in two slots on one thread each take about twice as long as
+    alone; each question is charged its share, so together they are charged the time the engine served them,
+    not twice it (a 300 s limit fired on a third of the questions at 24 concurrent rollouts otherwise)."""
+    engine = LlamaCppEngine(LlamaCppEngineConfig(n_ctx=2048, n_parallel=2, n_threads=1))
+    counting = [{"role": "user", "content": "Count from 1 to 40, separated by commas."}]
+
+    async def ask(clock: QuestionClock) -> str:
+        with question_clock(clock):
+            return (await engine.generate(counting, SamplingParams(max_tokens=48))).text
+
+    async def scenario() -> None:
+        await engine.generate(MESSAGES, SamplingParams(max_tokens=1))  # loaded before the clocks start
+        clocks = [QuestionClock(), QuestionClock()]
+        start = time.perf_counter()
+        first, second = await asyncio.gather(*(ask(clock) for clock in clocks))
+        elapsed = time.perf_counter() - start
+        assert first == second and first
+        charged = [clock.active_seconds() for clock in clocks]
+        assert sum(charged) <= 1.1 * elapsed + 0.05, (charged, elapsed)
+        assert all(clock.waited_seconds() > 0.25 * elapsed for clock in clocks), (charged, elapsed)
 
     try:
         asyncio.run(scenario())

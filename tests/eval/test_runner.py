@@ -234,6 +234,23 @@ def test_agent_that_hangs_is_cut_by_the_watchdog(tmp_path: Path, monkeypatch: py
     assert report.summaries["capitals"].failure_reasons == {"eval_watchdog": 1}
 
 
+def test_the_watchdog_allows_the_wall_time_that_sharing_the_engines_takes(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Four items at once: an item whose wall time passes `max_seconds` (its engines served the others too)
+    is scored, not called hung; one that takes more than four times as long still is."""
+    monkeypatch.setattr("agentflow.eval.runner.WATCHDOG_GRACE_S", 0.0)
+    bench = write_bench(tmp_path / "capitals.json", 1)
+    config = FlowConfig.from_dict({"limits": {"max_seconds": 0.2}})
+    settings = EvalSettings(benches=[str(bench)], out=tmp_path / "out", concurrency=4)
+    report = run_eval(settings, console=Console(file=io.StringIO()), solver=paris_agent(delay_s=0.4),
+                      flow_config=config)
+    assert report.summaries["capitals"].failure_reasons == {} and report.summaries["capitals"].scored == 1
+    settings = EvalSettings(benches=[str(bench)], out=tmp_path / "out2", concurrency=4)
+    report = run_eval(settings, console=Console(file=io.StringIO()), solver=paris_agent(delay_s=2),
+                      flow_config=config)
+    assert report.summaries["capitals"].failure_reasons == {"eval_watchdog": 1}
+
+
 def test_scorer_crash_is_not_a_wrong_answer(tmp_path: Path) -> None:
     bench = tmp_path / "sums.json"
     bench.write_text(json.dumps([{"question": "1+1?", "answer": "two"}]))   # gold math-verify cannot parse

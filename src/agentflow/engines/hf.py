@@ -31,6 +31,7 @@ from typing import Any
 import torch
 
 from agentflow.bundled import bundled_model_path, cache_dir, resolve_adapter
+from agentflow.clock import SharedCompute
 from agentflow.config import TransformersEngineConfig
 from agentflow.engines.base import Completion, Engine, Message, SamplingParams
 from agentflow.engines.constrained import SchemaConstraints
@@ -243,6 +244,7 @@ class TransformersEngine(Engine):
         self.load_seconds: float | None = None
         self._load_lock = threading.Lock()
         self._queue: queue.Queue[Any] = queue.Queue()
+        self._compute = SharedCompute()
         self._worker: threading.Thread | None = None
         self._closed = False
         self.batch_sizes: list[int] = []
@@ -330,8 +332,9 @@ class TransformersEngine(Engine):
         schema = json_schema if self.supports_json_schema else None
         request = _Request(messages=messages, sampling=sampling, json_schema=schema, loop=loop,
                            future=loop.create_future(), adapter=adapter)
-        self._queue.put(request)
-        return await request.future
+        with self._compute.served():  # queued behind a batch or decoded in one, it shares the engine
+            self._queue.put(request)
+            return await request.future
 
     def _ensure_worker(self) -> None:
         with self._load_lock:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from agentflow.bundled import bundled_model_path
-from agentflow.clock import waiting_for_capacity
+from agentflow.clock import SharedCompute, waiting_for_capacity
 from agentflow.config import LlamaCppEngineConfig
 from agentflow.engines.base import Completion, Engine, Message, SamplingParams
 from agentflow.errors import (
@@ -144,6 +144,7 @@ class LlamaCppEngine(Engine):
         # One thread per slot: llama.cpp never queues a request of ours; the rest wait on `_slots`.
         self._executor = ThreadPoolExecutor(max_workers=self.config.n_parallel, thread_name_prefix="llamacpp")
         self._slots: asyncio.Semaphore | None = None
+        self._compute = SharedCompute()
         self._slots_loop: asyncio.AbstractEventLoop | None = None
         self.load_seconds: float | None = None
         self._adapter_file: Path | None = None
@@ -262,7 +263,9 @@ class LlamaCppEngine(Engine):
         cancelled = threading.Event()
         try:
             started = time.perf_counter()
-            response = await asyncio.get_running_loop().run_in_executor(self._executor, self._call, body, cancelled)
+            with self._compute.served():  # the slots decode together on the same threads
+                response = await asyncio.get_running_loop().run_in_executor(self._executor, self._call, body,
+                                                                            cancelled)
         except asyncio.CancelledError:
             cancelled.set()
             raise

@@ -275,7 +275,10 @@ class EvalRun:
     async def _solve_item(self, solver: Any, item: BenchmarkItem, scorer_name: str) -> ItemResult:
         self.live.started(item.bench)
         start = time.monotonic()
-        watchdog = self.flow_config.limits.max_seconds + WATCHDOG_GRACE_S
+        # The flow's limit counts the question's own time (`agentflow.clock`): with `concurrency` items sharing
+        # the engines a healthy item's wall time can reach that many times it, so the watchdog (for an agent
+        # that does not keep its own limit) allows as much before it calls the item hung
+        watchdog = self.flow_config.limits.max_seconds * self.settings.concurrency + WATCHDOG_GRACE_S
         try:
             traj: Trajectory = await asyncio.wait_for(solver.asolve(item.question), timeout=watchdog)
         except asyncio.TimeoutError:

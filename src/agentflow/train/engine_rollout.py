@@ -321,7 +321,8 @@ class LlamaCppPolicyEngine(PolicyRollout, LlamaCppEngine):
         self._inflight += 1
         started = time.perf_counter()
         try:
-            response = await asyncio.get_running_loop().run_in_executor(self._executor, self._complete, body)
+            with self._compute.served():  # the slots decode together on the same threads
+                response = await asyncio.get_running_loop().run_in_executor(self._executor, self._complete, body)
             done = True
         finally:
             self._inflight -= 1
