@@ -10,6 +10,9 @@
 - `oracle_sampled`: the untrained planner sampled at the training config's rollout temperature, its tool
   replaced by the right one (then `answer`): its own sub-goal and context stay. What the right tool choice
   earns under the rollouts' sampling, i.e. how clearly the reward tells a sampled planner which tool fits.
+- `sampled:T1+T2`: the same, with one plan for every question in place of the right one. Beside
+  `oracle_sampled`, what each plan earns each kind of question under sampling: the reward a rollout can get,
+  so which choices training can be taught at all.
 
 Everything else (executor, tools, generator, scoring) is the config's evaluation flow, so these bound what
 training the planner can reach and what it must beat.
@@ -80,12 +83,14 @@ def scripted(questions: list[Question], plan, sub_goal, *, stop: bool) -> Script
 
 
 class RightTool(Engine):
-    """The untrained planner at the rollout temperature, with the tool of each reply set to the right one."""
+    """The untrained planner at the rollout temperature, with the tool of each reply set by `plan` (by default
+    the right tools of the question's kind)."""
 
     supports_json_schema = True
 
-    def __init__(self, inner: Engine, questions: list[Question], temperature: float, *, stop: bool) -> None:
-        self.inner, self.temperature, self.stop = inner, temperature, stop
+    def __init__(self, inner: Engine, questions: list[Question], temperature: float, *, stop: bool,
+                 plan=right_tools) -> None:
+        self.inner, self.temperature, self.stop, self.plan = inner, temperature, stop, plan
         self.by_text = {q.question: q for q in questions}
         self.model_name = f"{getattr(inner, 'model_name', 'planner')}+right-tool"
 
@@ -93,7 +98,7 @@ class RightTool(Engine):
                        json_schema: dict | None = None) -> Completion:
         sampled = sampling.model_copy(update={"temperature": self.temperature})
         completion = await self.inner.generate(messages, sampled, json_schema=json_schema)
-        _, tool, _ = planned_step(self.by_text, messages, right_tools, stop=self.stop)
+        _, tool, _ = planned_step(self.by_text, messages, self.plan, stop=self.stop)
         try:
             reply = json.loads(completion.text)
         except ValueError:
@@ -169,11 +174,13 @@ def main() -> None:
     for mode in args.modes.split(","):
         if mode == "oracle":
             modes[mode] = scripted(questions, right_tools, oracle_sub_goal, stop=stop)
-        elif mode == "oracle_sampled":
+        elif mode == "oracle_sampled" or mode.startswith("sampled:"):
             temperature = flow_cfg.roles.planner.sampling.temperature if cfg.temperature is None \
                 else cfg.temperature
             inner = build_engine(flow_cfg.engines[cfg.policy_engine_name])
-            modes[mode] = RightTool(inner, questions, temperature, stop=stop)
+            seq = [t for t in mode.removeprefix("sampled:").split("+") if t]
+            modes[mode] = RightTool(inner, questions, temperature, stop=stop) if mode == "oracle_sampled" else \
+                RightTool(inner, questions, temperature, stop=stop, plan=lambda q, seq=seq: list(seq))
         elif mode == "frozen":
             modes[mode] = None
         elif mode == "constants" or mode.startswith("const:"):
