@@ -179,8 +179,8 @@ def main() -> None:
                 else cfg.temperature
             inner = build_engine(flow_cfg.engines[cfg.policy_engine_name])
             seq = [t for t in mode.removeprefix("sampled:").split("+") if t]
-            modes[mode] = RightTool(inner, questions, temperature, stop=stop) if mode == "oracle_sampled" else \
-                RightTool(inner, questions, temperature, stop=stop, plan=lambda q, seq=seq: list(seq))
+            plan = right_tools if mode == "oracle_sampled" else (lambda q, seq=seq: list(seq))
+            modes[mode] = RightTool(inner, questions, temperature, stop=stop, plan=plan)
         elif mode == "frozen":
             modes[mode] = None
         elif mode == "constants" or mode.startswith("const:"):

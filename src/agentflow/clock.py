@@ -58,7 +58,7 @@ class SharedCompute:
         try:
             yield
         finally:
-            if clock is not None and section is not None:
+            if section is not None:
                 clock._leave_shared(section)
             self.virtual_seconds()
             self._serving -= 1
