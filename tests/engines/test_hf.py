@@ -121,7 +121,9 @@ async def test_batches_group_identical_sampling_and_respect_max_batch_size() -> 
     requests = [engine.generate(ask(w), s) for w, s in [("cat", cold), ("dog", warm), ("mat", cold),
                                                           ("red", warm), ("blue", cold)]]
     completions = await asyncio.gather(*requests)
-    assert all(len(c.token_ids or []) == 3 for c in completions)
+    # greedy rows read max_tokens; a sampled row may draw the end token first (its stream is not seeded)
+    assert all(len(c.token_ids or []) == 3 for c in completions[::2])
+    assert all(len(c.token_ids or []) == 3 or c.finish_reason == "stop" for c in completions[1::2])
     assert sorted(engine.batch_sizes) == [1, 2, 2]
     await engine.aclose()
 
