@@ -162,6 +162,36 @@ async def test_unusable_executor_reply_falls_back_to_the_sub_goal(make_flow):
     assert [f.kind for f in traj.failures] == ["executor_fallback"]
 
 
+class EndsAtLimit(Engine):
+    """The scripted engine, its executor replies reported as ended by the token limit (finish_reason length)."""
+
+    supports_json_schema = True
+
+    def __init__(self, inner: Engine, *, cut: bool) -> None:
+        self.inner, self.cut, self.model_name = inner, cut, "scripted"
+
+    async def generate(self, messages, sampling, *, json_schema=None):
+        completion = await self.inner.generate(messages, sampling, json_schema=json_schema)
+        return completion.model_copy(update={"finish_reason": "length"}) \
+            if self.cut and role_of(messages) == "executor" else completion
+
+
+@pytest.mark.parametrize("cut", [True, False])
+async def test_an_executor_reply_cut_by_its_token_limit_keeps_what_it_wrote(make_flow, cut: bool):
+    """A small model writes the right call and runs on inside the string until the limit: read up to the cut.
+    The same broken JSON from a reply that ended on its own is not repaired: the sub-goal fills in."""
+    engine = role_engine(planner=[plan("echo", "Seurat birth year")],
+                         executor=['{"query": "Seurat born 1859 1859 1859 1859 18'],
+                         verifier=[STOP], generator=["<answer>a</answer>"])
+    traj = await make_flow(EndsAtLimit(engine, cut=cut)).asolve("q")
+    if cut:
+        assert traj.turns[0].tool_call.arguments == {"query": "Seurat born 1859 1859 1859 1859 18"}
+        assert [f.kind for f in traj.failures] == ["executor_cut"]
+    else:
+        assert traj.turns[0].tool_call.arguments == {"query": "Seurat birth year"}
+        assert [f.kind for f in traj.failures] == ["executor_fallback"]
+
+
 @pytest.mark.parametrize(("query", "kind"), [("fail", "tool"), ("crash", "tool"), ("hang", "tool_timeout")])
 async def test_failing_tool_is_recorded_and_the_flow_goes_on(make_flow, query, kind):
     engine = role_engine(planner=[plan("echo"), plan("echo")], executor=[json.dumps({"query": query}),

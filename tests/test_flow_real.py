@@ -65,3 +65,29 @@ async def test_replies_cut_off_by_max_tokens_leave_a_trajectory_that_saves(tmp_p
     assert "\ufffd" in traj.question  # the undecodable byte, cleaned
     traj.write(tmp_path / "t.json")
     assert Trajectory.model_validate_json((tmp_path / "t.json").read_text(encoding="utf-8")) == traj
+
+
+async def test_the_bundled_executor_runs_on_past_its_call_and_the_call_is_kept():
+    """The mixed task's flow (the executor the bundled model, greedy, 96 tokens): given a terse sub-goal it
+    writes `print(2009 * 544)` and then a comment that runs to its token limit, so its JSON never closes. The
+    program up to the cut runs; before, the sub-goal "2009" became the task and the question was lost. Later
+    roles read the program without the comment (its made-up products misled the generator)."""
+    import json
+    from pathlib import Path
+
+    import agentflow
+    from agentflow.engines.scripted import ScriptedEngine
+
+    config = FlowConfig.from_yaml(Path(agentflow.__file__).parent / "configs" / "flow_mixed.yaml")
+    planner = ScriptedEngine([json.dumps({"tool_name": "python", "sub_goal": "2009", "context": "2009"}),
+                              json.dumps({"tool_name": "answer", "sub_goal": "", "context": ""})])
+    async with Flow.from_config(config, engines={"policy": planner}) as flow:
+        trajectory = await flow.asolve("Multiply 2009 by 544.")
+    turn = trajectory.turns[0]
+    assert turn.executor.completion.finish_reason == "length"
+    assert [f.kind for f in turn.failures] == ["executor_cut"]
+    assert turn.tool_call.arguments["code"].startswith("print(2009 * 544)  #")  # the call as the executor wrote it
+    assert turn.tool_call.output.splitlines()[0] == "1092896"
+    # what ran, and what the generator reads of the step, is the program without its comment
+    assert turn.tool_call.data["code"] == "print(2009 * 544)"
+    assert '"code": "print(2009 * 544)"' in trajectory.generator.messages[1]["content"]

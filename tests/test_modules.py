@@ -130,6 +130,19 @@ def test_arguments_nested_too_deep_for_the_record_are_no_arguments():
     assert parse_arguments('{"query": ' + "7" * 5000 + "}") is None  # was ValueError
 
 
+def test_a_cut_reply_is_read_up_to_the_cut_through_the_same_checks():
+    from agentflow.executor import parse_cut_arguments
+
+    assert parse_cut_arguments('{"code": "print(2009 * 544)  # 2009 * 544 is 1224') == {
+        "code": "print(2009 * 544)  # 2009 * 544 is 1224"}
+    assert parse_cut_arguments('Sure: {"code": "x = 1", "task": "ad') == {"code": "x = 1", "task": "ad"}
+    assert parse_cut_arguments('{"code": "a\\') == {"code": "a"}  # cut inside an escape: the escape dropped
+    assert parse_cut_arguments('{"code": ') == {}  # nothing of the field was written: the tool refuses {}
+    assert parse_cut_arguments("no object") is None and parse_cut_arguments('["a", "b') is None
+    assert parse_cut_arguments('{"query": ' + "7" * 5000) is None  # as unusable as when closed
+    assert parse_cut_arguments('{"q": ' + "[" * 5000) is None  # too deep: None, not RecursionError
+
+
 def test_repeated_answer_tags_are_parsed_in_linear_time():
     start = time.perf_counter()
     assert extract_answer("<answer>" * 20_000 + "x") == "<answer>" * 19_999 + "x"

@@ -3,12 +3,15 @@
 The arguments are JSON constrained to the tool's input schema where the engine supports it, then validated
 against that schema. When the reply cannot be used and the tool takes a single required text field, the
 sub-goal itself fills that field (recorded as a fallback), so one malformed reply does not waste the turn.
+A reply that the token limit cut inside its JSON keeps what it wrote up to the cut (recorded).
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+from pydantic_core import from_json
 
 from agentflow.engines.base import Message
 from agentflow.memory import truncate
@@ -92,3 +95,21 @@ def copied_example(tool: Tool, question: str, arguments: dict[str, Any] | None) 
 def parse_arguments(text: str) -> dict[str, Any] | None:
     """The first JSON object in the reply, or None (see `first_json_object` for what is not taken)."""
     return first_json_object(text)
+
+
+def parse_cut_arguments(text: str) -> dict[str, Any] | None:
+    """The object of a reply that its token limit cut inside the JSON, read up to the cut, or None.
+
+    A small model often writes a right call and then runs on inside its last string (`print(2009 * 544)  #
+    2009 * 544 is 1224...` until the limit), so the object never closes. Read up to the cut, the last string
+    ends where the reply ended: a comment cut short still runs, a query cut short still searches, and code cut
+    inside an expression fails when the tool runs it, recorded. For replies that ended at the limit only: a
+    reply that ended on its own with broken JSON is not repaired."""
+    if "{" not in text:
+        return None
+    try:
+        partial = from_json(text[text.index("{"):], allow_partial="trailing-strings")
+        # through the same checks as a closed object: huge integers, NaN, depth
+        return first_json_object(json.dumps(partial, ensure_ascii=False)) if isinstance(partial, dict) else None
+    except (ValueError, RecursionError, TypeError):  # TypeError: a lone surrogate (engines clean their text)
+        return None

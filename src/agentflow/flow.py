@@ -15,6 +15,8 @@ from collections.abc import Callable, Coroutine
 from datetime import datetime, timezone
 from typing import Any
 
+from pydantic import BaseModel
+
 from agentflow.clock import QuestionClock, question_clock, run_within
 from agentflow.config import STOP_ACTION, STOP_DESCRIPTION, FlowConfig, RoleConfig
 from agentflow.engines import Engine, Message, build_engine
@@ -26,7 +28,13 @@ from agentflow.errors import (
     ToolError,
     ToolTimeoutError,
 )
-from agentflow.executor import copied_example, executor_messages, fallback_field, parse_arguments
+from agentflow.executor import (
+    copied_example,
+    executor_messages,
+    fallback_field,
+    parse_arguments,
+    parse_cut_arguments,
+)
 from agentflow.generator import extract_answer, generator_messages
 from agentflow.memory import FlowMemory, MemoryEntry, truncate
 from agentflow.planner import analysis_messages, parse_planner_reply, planner_messages, planner_schema
@@ -318,6 +326,13 @@ class Flow:
                                   text_chars=self.config.limits.text_chars, steps=steps),
                 stage="executor", json_schema=tool.executor_schema())
             arguments = parse_arguments(turn.executor.text)
+            completion = turn.executor.completion
+            if arguments is None and completion is not None and completion.finish_reason == "length":
+                arguments = parse_cut_arguments(turn.executor.text)
+                if arguments is not None:
+                    turn.failures.append(Failure(stage="executor", kind="executor_cut", turn=turn.index,
+                                                 message="the executor's reply reached its token limit inside "
+                                                         "the JSON; its fields were read up to the cut"))
             example = copied_example(tool, traj.question, arguments)
             if example is not None:
                 turn.failures.append(Failure(stage="executor", kind="copied_example", turn=turn.index,
@@ -342,7 +357,9 @@ class Flow:
                 self._tool_failed(turn, call, entry, err2)
                 return
         if fixed is None:  # a fixed input is the tool's configuration, not a choice: memory shows the result only
-            entry.arguments = call.arguments
+            # what the tool runs, as validated (a program without its comments), not the reply's raw text
+            entry.arguments = args.model_dump(mode="json", exclude_unset=True) if isinstance(args, BaseModel) \
+                else call.arguments
         timeout = self.config.limits.tool_timeout_s
         start = time.perf_counter()
         try:

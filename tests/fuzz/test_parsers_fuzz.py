@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from agentflow.executor import parse_arguments
+from agentflow.executor import parse_arguments, parse_cut_arguments
 from agentflow.generator import extract_answer
 from agentflow.planner import PlannerStep, parse_planner_reply
 from agentflow.textsafe import MAX_JSON_DEPTH, clean_json, clean_text, first_json_object
@@ -50,10 +50,11 @@ def check_parsers(text: str) -> None:
     clean_step = parse_planner_reply(clean_text(text), TOOLS)  # what the flow parses: engines clean their text
     assert PlannerStep.model_validate_json(clean_step.model_dump_json()) == clean_step
 
-    arguments = timed(parse_arguments, text)
-    if arguments is not None:
-        assert depth(arguments) <= MAX_JSON_DEPTH
-        assert pydantic_core.from_json(pydantic_core.to_json(arguments)) == arguments
+    for parse in (parse_arguments, parse_cut_arguments):  # a cut reply is read through the same checks
+        arguments = timed(parse, text)
+        if arguments is not None:
+            assert depth(arguments) <= MAX_JSON_DEPTH
+            assert pydantic_core.from_json(pydantic_core.to_json(arguments)) == arguments
 
     verdict, parsed = timed(parse_verdict, text)
     assert verdict in ("STOP", "CONTINUE") and isinstance(parsed, bool)

@@ -10,7 +10,7 @@ import pytest
 
 from agentflow.errors import ToolTimeoutError
 from agentflow.tools.base import ToolContext, create_tool
-from agentflow.tools.python_tool import MAX_ECHO_CHARS, echo_last_expression
+from agentflow.tools.python_tool import MAX_ECHO_CHARS, echo_last_expression, strip_comments
 
 HOSTILE = {
     "unary chain (MemoryError in the parser)": "-" * 100_000 + "1",
@@ -63,6 +63,19 @@ async def test_parsing_does_not_stall_the_event_loop() -> None:
 ])
 async def test_the_program_that_runs_is_the_recorded_one(code: str, printed: str) -> None:
     tool = create_tool("python", {})
-    result = await tool.run(tool.parse_input({"code": code}), ToolContext())
+    args = tool.parse_input({"code": code})
+    result = await tool.run(args, ToolContext())
     assert result.data["stdout"].strip() == printed, result.data["stderr"]
-    assert result.data["code"] == code
+    assert result.data["code"] == args.code == strip_comments(code)  # the input as validated: comments dropped
+
+
+@pytest.mark.parametrize(("code", "stripped"), [
+    ("print(886 * 762)  # 886 * 762 = 37784888", "print(886 * 762)"),  # the bundled executor's run-on comment
+    ("# head\nx = '# kept'  # gone\r\nprint(x)\n", "x = '# kept'\r\nprint(x)"),  # a string's # is no comment
+    ("s = '''a # b\n# c'''\nprint(s)  # d", "s = '''a # b\n# c'''\nprint(s)"),
+    ("print(1) + 2}  # x", "print(1) + 2}  # x"),  # does not tokenize: as written, and fails as written
+    ("x = 1", "x = 1"),
+])
+def test_a_program_is_run_and_recorded_without_its_comments(code: str, stripped: str) -> None:
+    assert strip_comments(code) == stripped
+    assert create_tool("python", {}).parse_input({"code": code}).code == stripped
