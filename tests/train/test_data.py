@@ -2,9 +2,11 @@
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
+import agentflow
 from agentflow.errors import ConfigError
 from agentflow.scoring import get_scorer
 from agentflow.train.config import DataSettings
@@ -146,6 +148,24 @@ def test_mixed_needs_a_plan_per_kind_and_shares_no_element_or_phrasing_with_trai
             expected = q.meta["atomic_number"] * (numbers[0] if q.meta["kind"] == "lookup_compute" else 1)
             assert len(numbers) == (q.meta["kind"] == "lookup_compute")
         assert q.answer == str(expected)
+
+
+def test_the_mixed_flows_worked_examples_show_no_held_out_phrasing_or_element():
+    """The executor's examples are in every prompt, held-out questions' included: training phrasings only."""
+    from agentflow.config import FlowConfig
+    from agentflow.train.tasks.mixed import TEMPLATES
+
+    config = FlowConfig.from_yaml(Path(agentflow.__file__).parent / "configs" / "flow_mixed.yaml")
+    examples = [e["question"] for tool in config.tools.values() for e in tool.get("examples", [])]
+    assert len(examples) >= 4
+    heldout = load_questions(task_path("heldout", "mixed"), DataSettings())
+    elements = {q.meta["element"].split(" (")[0].lower() for q in heldout if q.meta.get("element")}
+    for template in (t for kind in TEMPLATES.values() for t in kind["heldout"]):
+        parts = re.split(r"\{(\w+)\}", template)  # literal, field, literal, ...
+        pattern = "".join(re.escape(part) if i % 2 == 0 else (r"\d+" if part in "abck" else ".+")
+                          for i, part in enumerate(parts))
+        assert not any(re.fullmatch(pattern, question) for question in examples), template
+    assert not any(word in elements for question in examples for word in re.findall(r"[a-z]+", question.lower()))
 
 
 def test_cover_em_accepts_the_gold_inside_a_sentence_only_as_whole_tokens():
