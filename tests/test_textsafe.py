@@ -41,6 +41,9 @@ def test_clean_json_cleans_keys_and_nested_strings() -> None:
     ('{"a": ' + "7" * 4301 + "}", None),                  # past Python's int conversion limit
     ('{"a": ' + "7" * 4300 + "}", {"a": int("7" * 4300)}),
     ("no object", None),
+    # unclosed `{` before the object: each scans to the end; a short reply is still searched in full (the fuzz
+    # test found this one when the budget was twice the reply's length)
+    ('{{{00{"a": null, "tool_name": null, "q": null}echoechotyped00000000', {"a": None, "tool_name": None, "q": None}),
 ])
 def test_first_json_object(text: str, expected: object) -> None:
     assert first_json_object(text) == expected

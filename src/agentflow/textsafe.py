@@ -24,7 +24,11 @@ MAX_JSON_DEPTH = 32
 """Deepest JSON taken from a reply: far above any tool input, far below the ~200 levels pydantic can reload."""
 
 SCAN_FACTOR = 2
-"""`first_json_object` reads at most about this many times the reply's length over all its candidates..."""
+"""`first_json_object` reads at most about this many times the reply's length over all its candidates, plus
+`SCAN_FLOOR` characters..."""
+SCAN_FLOOR = 65_536
+"""...so that a short reply is searched in full (a 63-character reply with three unclosed `{` before its object
+spent a budget of twice its length, and its object was not found); at most about 4 ms of scanning here."""
 MAX_CANDIDATES = 256
 """...and tries at most this many `{`: a reply asked for JSON holds it well before, prose rarely has as many."""
 
@@ -135,11 +139,12 @@ def first_json_object(text: str) -> dict[str, Any] | None:
 
     Each `{` is a candidate. A structural scan finds where it closes and stops at `MAX_JSON_DEPTH`; only a
     closed candidate is decoded. Every candidate costs what its scan read; the total is bounded by `SCAN_FACTOR`
-    times the text's length and the candidates by `MAX_CANDIDATES`, so a reply built to make the search
-    quadratic (many `{` that each start a long failing scan) ends in None instead of blocking. An integer past
-    Python's 4,300-digit limit, NaN, Infinity or a number that overflows to infinity make a candidate unusable.
+    times the text's length plus `SCAN_FLOOR`, and the candidates by `MAX_CANDIDATES`, so a reply built to make
+    the search quadratic (many `{` that each start a long failing scan) ends in None instead of blocking. An
+    integer past Python's 4,300-digit limit, NaN, Infinity or a number that overflows to infinity make a candidate
+    unusable.
     """
-    budget = SCAN_FACTOR * len(text) + 64
+    budget = SCAN_FACTOR * len(text) + SCAN_FLOOR
     start = text.find("{")
     for _ in range(MAX_CANDIDATES):
         if start == -1 or budget <= 0:
