@@ -107,7 +107,8 @@ def extract_code(reply: str) -> str:
 
 
 MAX_ECHO_CHARS = 100_000
-"""Longest code `echo_last_expression` parses; longer code runs as written (parsing 20 MB took 31 s)."""
+"""Longest code `echo_last_expression` parses and `strip_comments` tokenizes; longer code runs as written (parsing
+20 MB took 31 s)."""
 _LINE_END = re.compile(r"\r\n|\r|\n")  # the parser's line breaks; str.splitlines() also breaks at \f, U+2028...
 
 
