@@ -361,6 +361,20 @@ async def test_shuffle_tools_orders_the_menu_by_question_variant_and_turn():
     assert await menus(True, range(12), question="another q") != shuffled
 
 
+async def test_a_failed_programs_exception_reaches_later_prompts_within_result_chars():
+    from agentflow.tools.base import create_tool
+
+    engine = role_engine(planner=[plan("python")], executor=['{"code": "x = 1\\nprint(cera * 4)"}'],
+                         verifier=[STOP], generator=["<answer>a</answer>"])
+    config = FlowConfig.from_dict({"tools": {"python": {}}, "query_analysis": False,
+                                   "limits": {"result_chars": 100}})
+    flow = Flow.from_config(config, engines={"default": engine}, tools={"python": create_tool("python")})
+    traj = await flow.asolve("What is the atomic number of cerium times 4?")
+    assert traj.turns[0].tool_call.output.startswith("Error: the code failed (exit code 1): NameError")
+    prompt = traj.generator.messages[-1]["content"]
+    assert "Steps taken:" in prompt and prompt.count("NameError: name 'cera' is not defined") == 2  # memory, latest
+
+
 # -- hostile replies (issue 11): each of these left a trajectory that could not be saved, or flooded prompts --
 
 def saved_and_reloaded(traj: Trajectory, tmp_path) -> Trajectory:

@@ -55,10 +55,24 @@ def test_input_needs_exactly_one_of_code_or_task(arguments: dict) -> None:
         create_tool("python").parse_input(arguments)
 
 
+@pytest.mark.parametrize(("stderr", "line"), [
+    ("Traceback (most recent call last):\n  File \"<code>\", line 1, in <module>\nNameError: name 'x' is not "
+     "defined\n\n", "NameError: name 'x' is not defined"),
+    ("warning: something\n", ""),  # no traceback: nothing is named
+    ("", ""),
+    ("Traceback (most recent call last):\nValueError: " + "v" * 500, "ValueError: " + "v" * 187 + "…"),
+])
+def test_exception_line(stderr: str, line: str) -> None:
+    from agentflow.tools.python_tool import MAX_CAUSE_CHARS, exception_line
+
+    assert exception_line(stderr) == line and len(line) <= MAX_CAUSE_CHARS
+
+
 async def test_exception_shows_the_traceback() -> None:
     result = await _run({"code": "print('partial')\n{}['missing']"})
-    assert result.output.startswith("partial\nError: the code failed (exit code 1).")
-    assert "KeyError: 'missing'" in result.output
+    # the exception first, in the part of a result that memory keeps (limits.result_chars)
+    assert result.output.startswith("partial\nError: the code failed (exit code 1): KeyError: 'missing'\n")
+    assert "Traceback (most recent call last):" in result.output
     assert result.data["ok"] is False
 
 

@@ -152,6 +152,21 @@ def _echo(code: str) -> str:
     return program if same else code
 
 
+MAX_CAUSE_CHARS = 200
+"""The longest exception line `exception_line` repeats in the error sentence."""
+
+
+def exception_line(stderr: str) -> str:
+    """The exception a Python traceback ends with (`NameError: name 'x' is not defined`), or "" when stderr holds
+    no traceback. The tool's error sentence names it first: memory keeps the head of each result
+    (`limits.result_chars`, 100 characters in the CPU configs), which otherwise held only `Traceback (most recent
+    call last):` and the planner and generator never read why the code failed."""
+    if "Traceback (most recent call last):" not in stderr:
+        return ""
+    last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), "")
+    return last if len(last) <= MAX_CAUSE_CHARS else last[:MAX_CAUSE_CHARS - 1] + "…"
+
+
 class CopiedExampleError(ToolError):
     """The code writer answered its worked example instead of the task (small models copy the last example)."""
 
@@ -268,7 +283,8 @@ class PythonTool(Tool):
         else:
             problem = f"the code failed (exit code {result.exit_code})"
         parts = [stdout] if stdout else []
-        parts.append(f"Error: {problem}.")
+        cause = exception_line(result.stderr)
+        parts.append(f"Error: {problem}: {cause}" if cause else f"Error: {problem}.")
         if result.stderr.strip():
             parts.append(result.stderr.rstrip())
         return "\n".join(parts)
