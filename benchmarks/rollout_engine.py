@@ -2,9 +2,9 @@
 adapter synced each step (after), in the same training config, each in a fresh `agentflow train` process.
 
 Per step it reads the run's metrics: seconds of the step, of its rollout, update and sync, the sync's bytes,
-and (llama.cpp) the log-prob gap to the trainer before and after truncated importance sampling. Evaluation is
-cut to one held-out question (it is not part of a step's time). Run it on a quiet machine: every other process
-on the cores changes the numbers.
+the prompt tokens read and taken from the prompt cache per role, and (llama.cpp) the log-prob gap to the
+trainer before and after truncated importance sampling. Evaluation is cut to one held-out question (it is not
+part of a step's time). Run it on a quiet machine: every other process on the cores changes the numbers.
 
     python benchmarks/rollout_engine.py --config src/agentflow/configs/train_mixed.yaml --steps 3 \
         [--engines transformers,llamacpp] [--out benchmarks/results/rollout_engine_summary.json]
@@ -29,6 +29,8 @@ from agentflow.train.config import TrainConfig
 PHASES = ("seconds/step", "seconds/rollout", "seconds/update", "sync/seconds", "sync/bytes", "rows",
           "rollout_planner_tokens_per_s", "logprob_gap/mean", "logprob_gap/max", "logprob_gap/share_over",
           "logprob_gap/after_tis_mean", "tis/truncated_share", "logprob_gap/mask_disagreements", "reward_mean")
+TOKENS = ("rollout/prompt_tokens", "rollout/cached_prompt_tokens")
+"""Per step, the prompt tokens of every call and those the engines took from their prompt cache, per role."""
 
 
 def run(config: Path, engine: str, steps: int, work: Path) -> dict[str, Any]:
@@ -46,10 +48,10 @@ def run(config: Path, engine: str, steps: int, work: Path) -> dict[str, Any]:
                     str(out), "--max-steps", str(steps)], check=True)
     wall = time.perf_counter() - started
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    per_step = [{key: r[key] for key in PHASES if key in r} | {"step": r["step"]} for r in records
-                if "seconds/step" in r]
-    means = {key: statistics.fmean(s[key] for s in per_step if key in s) for key in PHASES
-             if any(key in s for s in per_step)}
+    per_step = [{key: r[key] for key in r if key in PHASES or key.startswith(TOKENS)} | {"step": r["step"]}
+                for r in records if "seconds/step" in r]
+    means = {key: statistics.fmean(s[key] for s in per_step if key in s)
+             for key in sorted({key for s in per_step for key in s} - {"step"})}
     return {"engine": engine, "steps": per_step, "mean": means, "wall_seconds_with_setup": wall,
             "steps_per_hour": 3600.0 / means["seconds/step"]}
 
