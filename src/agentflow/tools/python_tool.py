@@ -159,8 +159,8 @@ MAX_CAUSE_CHARS = 200
 def exception_line(stderr: str) -> str:
     """The exception a Python traceback ends with (`NameError: name 'x' is not defined`), or "" when stderr holds
     no traceback. The tool's error sentence names it first: memory keeps the head of each result
-    (`limits.result_chars`, 100 characters in the CPU configs), which otherwise held only `Traceback (most recent
-    call last):` and the planner and generator never read why the code failed."""
+    (`limits.result_chars`, 100 to 200 characters in the shipped CPU configs), which otherwise held only
+    `Traceback (most recent call last):` and the planner and generator never read why the code failed."""
     if "Traceback (most recent call last):" not in stderr:
         return ""
     last = next((line.strip() for line in reversed(stderr.splitlines()) if line.strip()), "")
