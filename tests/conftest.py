@@ -14,12 +14,12 @@ from agentflow.errors import ToolError
 from agentflow.executor import EXECUTOR_SYSTEM
 from agentflow.flow import Flow
 from agentflow.generator import GENERATOR_SYSTEM
-from agentflow.planner import ANALYSIS_SYSTEM, PLANNER_SYSTEM
+from agentflow.planner import ANALYSIS_SYSTEM, PLANNER_SYSTEM, PLANNER_SYSTEM_TOOL_LAST
 from agentflow.tools.base import Tool, ToolContext, ToolResult
 from agentflow.verifier import VERIFIER_SYSTEM
 
-ROLE_BY_SYSTEM = {ANALYSIS_SYSTEM: "analysis", PLANNER_SYSTEM: "planner", EXECUTOR_SYSTEM: "executor",
-                  VERIFIER_SYSTEM: "verifier", GENERATOR_SYSTEM: "generator"}
+ROLE_BY_SYSTEM = {ANALYSIS_SYSTEM: "analysis", PLANNER_SYSTEM: "planner", PLANNER_SYSTEM_TOOL_LAST: "planner",
+                  EXECUTOR_SYSTEM: "executor", VERIFIER_SYSTEM: "verifier", GENERATOR_SYSTEM: "generator"}
 
 
 def role_of(messages: list[Message]) -> str:

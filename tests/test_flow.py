@@ -13,6 +13,7 @@ from agentflow.config import FlowConfig
 from agentflow.engines.base import Engine
 from agentflow.errors import ConfigError, EngineContextOverflowError, EngineServerError, EngineUnavailableError
 from agentflow.flow import Flow
+from agentflow.planner import PLANNER_SYSTEM_TOOL_LAST
 from agentflow.tools.base import ToolSettings
 from agentflow.trajectory import Trajectory
 from tests.conftest import AskTool, EchoTool, role_engine, role_of
@@ -428,6 +429,17 @@ async def test_planner_memory_can_leave_out_the_tool_names(named: bool):
     second = traj.turns[1].planner.messages[1]["content"]
     assert "result: echo: found" in second and ("tool=echo" in second) is named
     assert "tool=echo" in traj.generator.messages[1]["content"]  # the other roles still see it
+
+
+async def test_a_tool_last_planner_is_asked_for_its_tool_after_its_sub_goal():
+    engine = role_engine(planner=['{"context": "c", "sub_goal": "find it", "tool_name": "echo"}'],
+                         executor=['{"query": "found"}'], verifier=[STOP], generator=["<answer>a</answer>"])
+    config = FlowConfig.from_dict({"tools": {"echo": {}}, "planner_tool_last": True})
+    traj = await Flow.from_config(config, engines={"default": engine}, tools={"echo": EchoTool()}).asolve("q")
+    call = traj.turns[0].planner
+    assert list(call.response_schema["properties"]) == ["context", "sub_goal", "tool_name"]
+    assert call.messages[0]["content"] == PLANNER_SYSTEM_TOOL_LAST
+    assert (traj.turns[0].tool, traj.turns[0].sub_goal, traj.answer) == ("echo", "find it", "a")
 
 
 async def test_a_looping_answer_and_sub_goal_are_cut_after_their_first_copy(make_flow):

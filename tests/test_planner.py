@@ -6,7 +6,14 @@ import time
 
 import pytest
 
-from agentflow.planner import match_tool, parse_planner_reply, planner_messages, planner_schema
+from agentflow.planner import (
+    PLANNER_SYSTEM,
+    PLANNER_SYSTEM_TOOL_LAST,
+    match_tool,
+    parse_planner_reply,
+    planner_messages,
+    planner_schema,
+)
 
 TOOLS = ["python", "wikipedia_search", "web_search", "base_generator"]
 
@@ -61,6 +68,18 @@ def test_schema_puts_the_tool_first_so_a_cut_off_reply_still_names_one():
     assert list(schema["properties"])[0] == "tool_name"
     step = parse_planner_reply('{"tool_name": "python", "context": "a long context that was cut o', TOOLS)
     assert step.tool_name == "python"
+
+
+def test_a_tool_last_planner_is_asked_for_context_and_sub_goal_before_its_tool():
+    schema = planner_schema(TOOLS, text_chars=40, tool_last=True)
+    assert list(schema["properties"]) == schema["required"] == ["context", "sub_goal", "tool_name"]
+    assert schema["properties"]["tool_name"]["enum"] == TOOLS and schema["properties"]["sub_goal"]["maxLength"] == 40
+    system, user = planner_messages(question="q", analysis="", tool_descriptions={"python": "runs code"},
+                                    memory="(no steps yet)", turn=1, max_turns=3, tool_last=True)
+    assert system["content"] == PLANNER_SYSTEM_TOOL_LAST != PLANNER_SYSTEM
+    assert user["content"].endswith("Reply with JSON: context, sub_goal, tool_name (one of: python).")
+    step = parse_planner_reply('{"context": "c", "sub_goal": "add them", "tool_name": "python"}', TOOLS)
+    assert step.well_formed and (step.tool_name, step.sub_goal, step.context) == ("python", "add them", "c")
 
 
 # -- hostile replies (issue 11): each of these raised or blocked before ------------------------------------

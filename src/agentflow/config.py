@@ -170,6 +170,10 @@ class FlowConfig(_Strict):
     verify: bool = Field(True, description="Ask the verifier after each turn whether memory suffices (STOP ends "
                          "the loop). false: no verifier call, every question runs max_turns turns: for models "
                          "whose verdicts are noise, on tasks whose number of steps is known.")
+    planner_tool_last: bool = Field(
+        False, description="The planner writes its context and sub-goal first and names the tool last, the order "
+        "of the paper's planner (Context, Sub-Goal, Tool Name): the tool is then chosen after the planner has "
+        "said what the step must do. false: the tool first (a reply cut by max_tokens still names its tool).")
     shuffle_tools: bool = Field(
         False, description="Show the planner its tool menu in a shuffled order, fixed per question, run variant "
         "and turn. Small models tend to pick the first tool listed; shuffling removes that position bias and "

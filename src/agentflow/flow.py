@@ -278,8 +278,9 @@ class Flow:
             planner_messages(question=traj.question, analysis=memory.query_analysis,
                              tool_descriptions=self._tool_descriptions(traj, turn.index),
                              memory=self._render(memory, tool_names=self.config.planner_memory_tools),
-                             turn=turn.index, max_turns=limits.max_turns),
-            stage="planner", json_schema=planner_schema(names, text_chars=limits.plan_chars))
+                             turn=turn.index, max_turns=limits.max_turns, tool_last=self.config.planner_tool_last),
+            stage="planner", json_schema=planner_schema(names, text_chars=limits.plan_chars,
+                                                        tool_last=self.config.planner_tool_last))
         step = parse_planner_reply(turn.planner.text, names)
         turn.context, turn.sub_goal = cut_repetition(step.context), cut_repetition(step.sub_goal)
         turn.tool = step.tool_name or step.raw_tool

@@ -21,6 +21,14 @@ PLANNER_SYSTEM = (
     "Each step, pick ONE tool and write the sub-goal it must achieve. "
     'Reply with JSON only: {"tool_name": "...", "sub_goal": "...", "context": "..."}.'
 )
+PLANNER_SYSTEM_TOOL_LAST = (
+    "You are the planner of an assistant that answers questions with tools. "
+    "Each step, write what the next step must achieve, then pick ONE tool for it. "
+    'Reply with JSON only: {"context": "...", "sub_goal": "...", "tool_name": "..."}.'
+)
+"""The system prompt of a planner that names its tool last (`FlowConfig.planner_tool_last`)."""
+PLANNER_FIELDS = ("tool_name", "sub_goal", "context")
+PLANNER_FIELDS_TOOL_LAST = ("context", "sub_goal", "tool_name")
 
 
 class PlannerStep(BaseModel):
@@ -47,32 +55,39 @@ def analysis_messages(question: str, tool_descriptions: dict[str, str]) -> list[
 
 
 def planner_messages(*, question: str, analysis: str, tool_descriptions: dict[str, str], memory: str,
-                     turn: int, max_turns: int) -> list[Message]:
+                     turn: int, max_turns: int, tool_last: bool = False) -> list[Message]:
+    """The planner's prompt for one turn; `tool_last`: it asks for the context and the sub-goal before the tool
+    (`FlowConfig.planner_tool_last`)."""
+    menu = f"tool_name (one of: {', '.join(tool_descriptions)})"
+    fields = f"context, sub_goal, {menu}" if tool_last else f"{menu}, sub_goal, context"
     parts = [f"Question: {question}"]
     if analysis:
         parts.append(f"Analysis: {analysis}")
     parts += [
         f"Tools:\n{tool_menu(tool_descriptions)}",
         f"Memory:\n{memory}",
-        f"Step {turn} of {max_turns}. Reply with JSON: tool_name (one of: {', '.join(tool_descriptions)}), "
-        "sub_goal, context.",
+        f"Step {turn} of {max_turns}. Reply with JSON: {fields}.",
     ]
-    return [{"role": "system", "content": PLANNER_SYSTEM}, {"role": "user", "content": "\n\n".join(parts)}]
+    system = PLANNER_SYSTEM_TOOL_LAST if tool_last else PLANNER_SYSTEM
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
 
 
-def planner_schema(tool_names: list[str], *, text_chars: int = 150) -> dict[str, Any]:
+def planner_schema(tool_names: list[str], *, text_chars: int = 150, tool_last: bool = False) -> dict[str, Any]:
     """JSON schema of a planner reply; `tool_name` is restricted to the enabled tools, sub-goal and context to
-    `text_chars` characters each (`limits.plan_chars`)."""
+    `text_chars` characters each (`limits.plan_chars`). Constrained decoding writes the properties in their
+    order here: by default the action first (a reply cut off by max_tokens still names a valid tool and, most
+    often, its sub-goal; the context is the part a cut costs least); `tool_last`: context, sub-goal, then the
+    tool, the order of the paper's planner (its Context, Sub-Goal, Tool Name)."""
+    properties = {
+        "tool_name": {"type": "string", "enum": list(tool_names)},
+        "sub_goal": {"type": "string", "maxLength": text_chars},
+        "context": {"type": "string", "maxLength": text_chars},
+    }
+    order = PLANNER_FIELDS_TOOL_LAST if tool_last else PLANNER_FIELDS
     return {
         "type": "object",
-        # The action first: a reply cut off by max_tokens still names a valid tool and, most often, its
-        # sub-goal; the context (what the tool should know) is the part a cut costs least.
-        "properties": {
-            "tool_name": {"type": "string", "enum": list(tool_names)},
-            "sub_goal": {"type": "string", "maxLength": text_chars},
-            "context": {"type": "string", "maxLength": text_chars},
-        },
-        "required": ["tool_name", "sub_goal", "context"],
+        "properties": {key: properties[key] for key in order},
+        "required": list(order),
         "additionalProperties": False,
     }
 

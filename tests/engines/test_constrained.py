@@ -133,21 +133,26 @@ def test_constrained_decoding_can_be_switched_off() -> None:
 
 
 @pytest.mark.slow
-async def test_bundled_planner_replies_name_an_enabled_tool() -> None:
+@pytest.mark.parametrize("tool_last", [False, True])
+async def test_bundled_planner_replies_name_an_enabled_tool(tool_last: bool) -> None:
+    """In either order of the reply's fields (the tool first, or last as the paper's planner writes it)."""
     engine = TransformersEngine(TransformersEngineConfig(device="cpu", max_batch_size=8))
     tools = {"python": "Runs Python code.", "wikipedia_search": "Searches Wikipedia.",
              "base_generator": "Answers from its own knowledge."}
     questions = ["What is 6873 * 683?", "What nationality was Frédéric Chopin?", "Who wrote Hamlet?",
                  "How many primes are below 100?"]
-    schema = planner_schema(list(tools))
+    # tool last: the 40 characters of sub-goal and context (limits.plan_chars of the mixed task) come first
+    schema = planner_schema(list(tools), text_chars=40, tool_last=True) if tool_last else planner_schema(list(tools))
+    max_tokens = 200 if tool_last else 96
 
     def messages(question: str) -> list[dict[str, str]]:
         return planner_messages(question=question, analysis="", tool_descriptions=tools, memory="(none)", turn=1,
-                                max_turns=1)
+                                max_turns=1, tool_last=tool_last)
 
     try:
         replies = await asyncio.gather(*(
-            engine.generate(messages(q), SamplingParams(temperature=1.0, max_tokens=96, seed=i), json_schema=schema)
+            engine.generate(messages(q), SamplingParams(temperature=1.0, max_tokens=max_tokens, seed=i),
+                            json_schema=schema)
             for i, q in enumerate(questions)))
     finally:
         await engine.aclose()
@@ -156,3 +161,4 @@ async def test_bundled_planner_replies_name_an_enabled_tool() -> None:
         assert step.tool_name in tools, reply.text
         if reply.finish_reason == "stop":  # not cut off by max_tokens: a whole, valid reply
             assert step.well_formed and set(json.loads(reply.text)) == {"tool_name", "sub_goal", "context"}
+            assert (list(json.loads(reply.text))[-1] == "tool_name") is tool_last

@@ -45,6 +45,10 @@ def test_sft_needs_a_teacher_and_advantage_must_be_registered():
         TrainConfig.from_dict({"algorithm": "sft"})
     with pytest.raises(ConfigError, match="unknown advantage estimator"):
         TrainConfig.from_dict({"advantage": "ppo"})
+    with pytest.raises(ConfigError, match="planner_prefix starts the planner's reply with its tool"):
+        raw = TrainConfig().model_dump()
+        TrainConfig.from_dict({**raw, "planner_prefix": '{"tool_name": "', "flow": {**raw["flow"],
+                                                                                  "planner_tool_last": True}})
 
 
 def test_rollout_and_eval_overrides_apply_to_copies():

@@ -12,7 +12,7 @@ from agentflow.config import TransformersEngineConfig
 from agentflow.engines.base import SamplingParams
 from agentflow.engines.hf import TransformersEngine
 from agentflow.train.config import TrainConfig
-from agentflow.train.logprobs import action_positions, pack_rows, plain_lm_head, response_logprobs
+from agentflow.train.logprobs import action_index, action_positions, pack_rows, plain_lm_head, response_logprobs
 from agentflow.train.rollout import TurnRow
 from agentflow.train.update import PolicyUpdater, UpdateBatch, mini_batch_groups
 from tests.engines.test_constrained import SCHEMA, byte_tokenizer
@@ -27,14 +27,21 @@ def engine() -> TransformersEngine:
                               model=tiny_model(tokenizer), tokenizer=tokenizer)
 
 
-def sample_rows(engine: TransformersEngine, n: int, *, temperature: float = 1.0) -> list[TurnRow]:
+TOOL_LAST = {**SCHEMA, "properties": {"sub_goal": SCHEMA["properties"]["sub_goal"],
+                                      "tool_name": SCHEMA["properties"]["tool_name"]},
+             "required": ["sub_goal", "tool_name"]}
+"""SCHEMA with the tool named last, as `planner_schema(..., tool_last=True)` orders a planner's reply."""
+
+
+def sample_rows(engine: TransformersEngine, n: int, *, temperature: float = 1.0,
+                schema: dict = SCHEMA, max_tokens: int = 40) -> list[TurnRow]:
     async def run():
-        sampling = SamplingParams(temperature=temperature, max_tokens=40)
-        return await asyncio.gather(*(engine.generate(ask(f"question {i}"), sampling, json_schema=SCHEMA)
+        sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens)
+        return await asyncio.gather(*(engine.generate(ask(f"question {i}"), sampling, json_schema=schema)
                                       for i in range(n)))
 
     replies = asyncio.run(run())
-    return [TurnRow(i, r.prompt_token_ids, r.token_ids, r.logprobs, schema=SCHEMA) for i, r in enumerate(replies)]
+    return [TurnRow(i, r.prompt_token_ids, r.token_ids, r.logprobs, schema=schema) for i, r in enumerate(replies)]
 
 
 def updater(engine: TransformersEngine, **overrides) -> PolicyUpdater:
@@ -174,9 +181,34 @@ def test_each_rows_action_is_its_first_free_token(engine: TransformersEngine) ->
     assert {engine.tokenizer.decode([t]) for t in chosen} <= {"p", "w"}  # the tool: python or wikipedia_search
     before = packed.response_mask.bool() & (actions.long().cumsum(dim=1) == 0)
     assert (packed.allowed[before].sum(-1) == 1).all()  # every token before it forced: `{"tool_name":"`
+    assert torch.equal(action_positions(packed, [r.action for r in rows]), actions)  # the tool found by its key
     unconstrained = pack_rows(rows[:1], pad_id=engine.tokenizer.pad_token_id)
     first = unconstrained.response_mask.bool() & (unconstrained.response_mask.cumsum(dim=1) == 1)
     assert torch.equal(action_positions(unconstrained), first)
+
+
+def test_a_reply_that_names_its_tool_last_has_the_tool_as_its_action(engine: TransformersEngine) -> None:
+    """Under the paper's order (sub-goal, then tool) the first free token is the sub-goal's: the action, what
+    the exploration floor and the action-entropy metric are about, is found by the tool's key instead."""
+    rows = sample_rows(engine, 4, schema=TOOL_LAST, max_tokens=96)  # the sub-goal's 12 characters: up to 36 bytes
+    packed = replayed(engine, updater(engine), rows)
+    actions = action_positions(packed, [r.action for r in rows])
+    assert actions.sum(dim=1).tolist() == [1, 1, 1, 1]
+    assert {engine.tokenizer.decode([t]) for t in packed.response_ids[actions].tolist()} <= {"p", "w"}
+    for row in rows:
+        assert engine.tokenizer.decode(row.response_ids[:row.action]).endswith('", "tool_name": "')
+    assert not (actions & action_positions(packed)).any()  # the first free token is the sub-goal's
+
+
+def test_a_reply_cut_before_its_tool_has_no_action(engine: TransformersEngine) -> None:
+    decode, encode = engine.tokenizer.decode, engine.tokenizer.encode
+    assert action_index(encode('{"sub_goal": "abc", "tool_name": "py'), TOOL_LAST, decode) == 34
+    assert action_index(encode('{"sub_goal": "abcdefghij'), TOOL_LAST, decode) == -1
+    assert action_index(encode('{"tool_name": "python"}'), SCHEMA, decode) == 15
+    assert action_index(encode('{"a": 1}'), {"properties": {"a": {"type": "integer"}}}, decode) is None
+    row = TurnRow(0, encode("q"), encode('{"sub_goal": "abcdefghij'), [0.0] * 24, action=-1)
+    packed = pack_rows([row], pad_id=engine.tokenizer.pad_token_id)
+    assert not action_positions(packed, [row.action]).any()
 
 
 def test_the_action_entropy_bonus_keeps_the_tool_choice_open(engine: TransformersEngine) -> None:

@@ -263,6 +263,9 @@ class TrainConfig(_Strict):
                              "lora.enabled (full fine-tuning rolls out on kind 'transformers')")
         if kind == "vllm" and not self.rollout_engine.base_url:
             raise ValueError("rollout_engine kind 'vllm' needs base_url (the vLLM server's /v1 address)")
+        if self.planner_prefix and self.flow.planner_tool_last:
+            raise ValueError("planner_prefix starts the planner's reply with its tool, but flow.planner_tool_last "
+                             "asks for the tool last: set one of them")
         if self.algorithm == "sft" and self.teacher is None:
             raise ValueError("algorithm 'sft' needs a `teacher` engine")
         from agentflow.train.advantages import ADVANTAGE_ESTIMATORS

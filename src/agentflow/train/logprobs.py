@@ -13,7 +13,7 @@ that of the masked distribution the token was drawn from (a forced token has log
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -172,14 +172,39 @@ def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature
             torch.cat(raws) * packed.response_mask if with_raw else None)
 
 
-def action_positions(packed: PackedRows) -> torch.Tensor:
-    """(N, R) booleans: each row's action, the first response position where more than one token could be
-    drawn. Under the planner's schema that is the tool (its reply opens with the forced `{"tool_name": "`);
-    an unconstrained row's action is its first token."""
+def action_index(response_ids: Sequence[int], schema: dict[str, Any] | None,
+                 decode: Callable[[list[int]], str]) -> int | None:
+    """Where a constrained reply's action is: the index of the first token of the value of its schema's first
+    enum-valued property (the planner's `tool_name`), found in the text as the compact JSON layout writes it;
+    -1 when the reply never got there (cut); None when the schema has no such property."""
+    properties = (schema or {}).get("properties", {})
+    key = next((name for name, spec in properties.items() if isinstance(spec, dict) and "enum" in spec), None)
+    if key is None:
+        return None
+    opening = f'"{key}": "'
+    for i in range(len(response_ids)):
+        if decode(list(response_ids[:i])).endswith(opening):
+            return i
+    return -1
+
+
+def action_positions(packed: PackedRows, actions: Sequence[int | None] | None = None) -> torch.Tensor:
+    """(N, R) booleans: each row's action. `actions[i]`: row i's action index in its response
+    (`TurnRow.action`; -1: none); where it is None, the first response position where more than one token could
+    be drawn: under the planner's tool-first schema that is the tool (its reply opens with the forced
+    `{"tool_name": "`); an unconstrained row's action is its first token."""
     free = packed.response_mask.bool()
     if packed.allowed is not None:
         free = free & (packed.allowed.sum(-1) > 1)
-    return free & (free.cumsum(dim=1) == 1)
+    positions = free & (free.cumsum(dim=1) == 1)
+    for i, index in enumerate(actions or []):
+        if index is None:
+            continue
+        positions[i] = False
+        if index >= 0:
+            length = int(packed.response_mask[i].sum())
+            positions[i, positions.shape[1] - length + index] = True
+    return positions
 
 
 def micro_batches(rows: Sequence[TurnRow], *, max_rows: int, max_tokens: int) -> list[list[int]]:

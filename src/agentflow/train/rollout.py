@@ -58,6 +58,10 @@ class TurnRow:
     """Truncated importance weight of each response token (None: 1)."""
     role: str = "planner"
     """The module whose call this is: its adapter computes the row, and only its loss counts the row."""
+    action: int | None = None
+    """Index in `response_ids` of the row's action: the first token of its schema's enum-valued property (the
+    planner's tool, wherever the schema puts it), set with the masks (`logprobs.action_index`); -1: the reply
+    never reached it; None: no such property (the action is the first token that was not forced)."""
 
 
 @dataclass

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 
 from agentflow.train.config import TrainConfig
-from agentflow.train.logprobs import action_positions, micro_batches, pack_rows, response_logprobs
+from agentflow.train.logprobs import action_index, action_positions, micro_batches, pack_rows, response_logprobs
 from agentflow.train.losses import clipped_surrogate_loss, row_weights
 from agentflow.train.rollout import TurnRow
 
@@ -55,7 +55,10 @@ def mini_batch_groups(groups: list[str], size: int | None, *, seed: str) -> list
 
 
 def _has_action(row: TurnRow) -> bool:
-    """Whether the row has an action position (`logprobs.action_positions`): a token that was not forced."""
+    """Whether the row has an action position (`logprobs.action_positions`): its action token, or else a token
+    that was not forced."""
+    if row.action is not None:
+        return row.action >= 0
     if row.allowed is None:
         return bool(row.response_ids)
     return bool((row.allowed.sum(-1) > 1).any())
@@ -101,10 +104,12 @@ class PolicyUpdater:
         return micro_batches(rows, max_rows=self.config.micro_batch_rows, max_tokens=self.config.micro_batch_tokens)
 
     def replay_masks(self, rows: list[TurnRow]) -> None:
-        """Rebuild each constrained row's token masks (what the rollout could draw from) from its schema."""
+        """Rebuild each constrained row's token masks (what the rollout could draw from) from its schema, and
+        find its action (`TurnRow.action`)."""
         for row in rows:
             if row.schema is not None and row.allowed is None:
                 row.allowed = self.policy.allowed_tokens(row.schema, row.response_ids)
+                row.action = action_index(row.response_ids, row.schema, self.policy.tokenizer.decode)
 
     def ref_logprobs(self, rows: list[TurnRow], temperature: float) -> list[torch.Tensor]:
         """Log-probs of every row's response tokens under the frozen reference (LoRA: adapter disabled), once
@@ -228,7 +233,7 @@ class PolicyUpdater:
                                                        with_entropy=True, with_raw=gap is not None,
                                                        chunked_head=self.chunked_head, entropy_grad=bonus > 0)
             assert entropy is not None
-            action = action_positions(packed)
+            action = action_positions(packed, [rows[i].action for i in indices])
             action_entropy = (entropy * action).sum()
             sums["action_entropy_sum"] = sums.get("action_entropy_sum", 0.0) + float(action_entropy.detach())
             sums["actions"] = sums.get("actions", 0.0) + float(action.sum())
