@@ -40,10 +40,10 @@ from agentflow.train.trainer import Trainer
 def write_split(source: Path, out: Path, *, balance: bool = False) -> None:
     """`source`'s questions with their first tool as the gold answer, scored by exact match. `balance`: as many
     questions of each first tool (the first ones in the file of each: the smallest class's count), so that a
-    batch stratified by the answer holds as many questions for which `python` is right as for `wikipedia_search`."""
+    batch stratified by `first_tool` holds as many questions for which `python` is right as for `wikipedia_search`."""
     questions = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
     for question in questions:
-        question.update(answer=question["tools"][0], reward="exact_match")
+        question.update(answer=question["tools"][0], first_tool=question["tools"][0], reward="exact_match")
     if balance:
         counts = Counter(q["answer"] for q in questions)
         seen: Counter[str] = Counter()
@@ -93,7 +93,7 @@ def main() -> None:
     train, held_out = default_paths(raw["data"]["task"])
     write_split(Path(raw["data"]["train_path"] or train), data / "train.jsonl", balance=args.balance)
     if args.balance:
-        raw["data"]["stratify_field"] = "answer"
+        raw["data"]["stratify_field"] = "first_tool"
     write_split(Path(raw["data"]["eval_path"] or held_out), data / "heldout.jsonl")
     raw["data"].update(train_path=str(data / "train.jsonl"), eval_path=str(data / "heldout.jsonl"))
     raw["flow"]["limits"]["max_turns"] = 1
