@@ -181,10 +181,11 @@ def action_index(response_ids: Sequence[int], schema: dict[str, Any] | None,
     key = next((name for name, spec in properties.items() if isinstance(spec, dict) and "enum" in spec), None)
     if key is None:
         return None
-    opening = f'"{key}": "'
-    for i in range(len(response_ids)):
-        if decode(list(response_ids[:i])).endswith(opening):
+    opening, text = f'"{key}": "', ""
+    for i, token in enumerate(response_ids):  # token by token: the key is ASCII, so no split character hides it
+        if text.endswith(opening):
             return i
+        text += decode([token])
     return -1
 
 
