@@ -1,0 +1,224 @@
+"""The planner's first tool choice trained directly at its one token: can this LoRA learn a choice that depends
+on the question at all, and which objective loses it?
+
+`tool_choice_bandit.py` runs the whole trainer on the first tool choice (about 150 s a step on 2 cores) and
+learns the majority's tool. This probe takes 10-40 s a step, so objectives can be told apart in minutes. It keeps
+the planner's real turn-1 prompt (the flow config's system prompt, question, tool menu shuffled per rollout,
+empty memory, step line), the bundled model and the LoRA of the training config, and reads the policy at one
+position: after `{"tool_name": "` (what the schema forces before the choice), the first token of each action,
+renormalised over the actions. Three objectives, on the same batches (two questions of each kind, or with
+`--balance` half whose right first tool is `python` and half `wikipedia_search`):
+
+- `sft`: cross-entropy on the right tool. Full information: if this fails, the prompt, the LoRA or the step size
+  cannot separate the kinds, whatever the reward.
+- `exact`: minus the expected reward, p(right tool). The policy gradient without sampling noise.
+- `grpo`: G actions sampled per question at the rollout temperature, rewards normalised within the group, the
+  action token's log-prob only (the trainer's estimator without the rest of the reply).
+
+    python benchmarks/tool_choice_probe.py --objective sft --out runs/probe_sft.json
+    python benchmarks/tool_choice_probe.py --objective exact --balance --steps 40 --out runs/probe_exact_bal.json
+
+Prints one JSON line per step and per evaluation (greedy, the first `--eval-size` held-out questions, menu in
+the evaluation's order) and writes them with the arguments to `--out`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentflow.engines.hf import load_policy
+from agentflow.flow import Flow
+from agentflow.memory import FlowMemory
+from agentflow.planner import planner_messages
+from agentflow.tools.base import create_tool
+from agentflow.train.config import TrainConfig
+from agentflow.train.data import default_paths
+from agentflow.trajectory import Trajectory
+
+CHOICE_PREFIX = '{"tool_name": "'
+
+
+class Probe:
+    """The policy's distribution over the actions at the planner's first turn."""
+
+    def __init__(self, config: TrainConfig, *, rank: int | None) -> None:
+        from peft import LoraConfig, get_peft_model
+
+        flow_config = config.rollout_flow_config()
+        if flow_config.planner_tool_last:
+            raise SystemExit("the probe reads the tool where the reply starts: planner_tool_last is not supported")
+        tools = {name: create_tool(name, settings) for name, settings in flow_config.tools.items()}
+        self.flow = Flow(flow_config, engines={}, tools=tools)
+        self.actions = self.flow.actions()
+        model, self.tokenizer = load_policy(config.policy)
+        lora = config.lora
+        self.model = get_peft_model(model, LoraConfig(
+            r=rank or lora.rank, lora_alpha=lora.alpha * (rank or lora.rank) / lora.rank,
+            lora_dropout=lora.dropout, target_modules=lora.targets, task_type="CAUSAL_LM"))
+        # 24 prompts of ~400 tokens took 18.8 GB without (killed on a 24 GB machine); it acts in train mode only
+        self.model.gradient_checkpointing_enable()
+        self.model.enable_input_require_grads()
+        first = [self.tokenizer.encode(name, add_special_tokens=False)[0] for name in self.actions]
+        if len(set(first)) != len(first):
+            raise SystemExit(f"the actions {self.actions} do not start with distinct tokens")
+        self.first_tokens = first
+
+    def prompt(self, question: str, variant: int) -> str:
+        traj = Trajectory(question=question, variant=variant)
+        limits = self.flow.config.limits
+        messages = planner_messages(
+            question=question, analysis="", tool_descriptions=self.flow._tool_descriptions(traj, 1),
+            memory=self.flow._render(FlowMemory(question=question), tool_names=self.flow.config.planner_memory_tools),
+            turn=1, max_turns=limits.max_turns)
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) \
+            + CHOICE_PREFIX
+
+    def logits(self, prompts: list[str]) -> torch.Tensor:
+        """(len(prompts), actions): the next-token logits of each action's first token."""
+        encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        return self.model(**encoded, logits_to_keep=1).logits[:, -1, self.first_tokens]
+
+
+def right_tool(item: dict[str, Any]) -> str:
+    return item["tools"][0]
+
+
+def evaluate(probe: Probe, items: list[dict[str, Any]], at: int) -> dict[str, Any]:
+    right: Counter[str] = Counter()
+    total: Counter[str] = Counter()
+    chose: dict[str, Counter[str]] = defaultdict(Counter)
+    probe.model.eval()
+    with torch.no_grad():
+        for start in range(0, len(items), 15):
+            chunk = items[start:start + 15]
+            for item, row in zip(chunk, probe.logits([probe.prompt(q["question"], 0) for q in chunk]), strict=True):
+                action = probe.actions[int(row.argmax())]
+                chose[item["kind"]][action] += 1
+                total[item["kind"]] += 1
+                right[item["kind"]] += action == right_tool(item)
+    return {"at": at, "accuracy": round(sum(right.values()) / len(items), 4),
+            "by_kind": {kind: round(right[kind] / total[kind], 4) for kind in sorted(total)},
+            "chose": {kind: dict(chose[kind]) for kind in sorted(chose)}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--config", default="src/agentflow/configs/train_mixed.yaml")
+    parser.add_argument("--objective", choices=["sft", "exact", "grpo"], default="grpo")
+    parser.add_argument("--steps", type=int, default=15)
+    parser.add_argument("--lr", type=float, help="default: the config's learning_rate")
+    parser.add_argument("--rank", type=int, help="LoRA rank (alpha scaled with it); default: the config's")
+    parser.add_argument("--batch-size", type=int, default=6, help="questions a step")
+    parser.add_argument("--group-size", type=int, help="grpo: samples a question; default: the config's")
+    parser.add_argument("--temperature", type=float, help="grpo: sampling temperature; default: the config's")
+    parser.add_argument("--entropy-coef", type=float, default=0.0,
+                        help="minus this times the mean entropy of the action distribution (for grpo at the "
+                             "sampling temperature), added to the loss: the trainer's action_entropy_coef, here on "
+                             "every question of the batch")
+    parser.add_argument("--kl-coef", type=float, default=0.0,
+                        help="plus this times KL(policy || frozen model) of the action distribution, exact")
+    parser.add_argument("--balance", action="store_true",
+                        help="half the batch python-first questions, half wikipedia-first (else two a kind)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--eval-size", type=int, default=90)
+    parser.add_argument("--eval-every", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, required=True, help="JSON file of the arguments and every line")
+    args = parser.parse_args()
+
+    config = TrainConfig.from_yaml(args.config)
+    lr = args.lr or config.learning_rate
+    group = args.group_size or config.group_size
+    temperature = args.temperature or config.temperature or 1.0
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(args.seed)
+    rng = random.Random(args.seed)
+    train_path, held_out_path = default_paths(config.data.task)
+
+    def read(path: Path) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    train, held_out = read(Path(config.data.train_path or train_path)), read(
+        Path(config.data.eval_path or held_out_path))[:args.eval_size]
+    by_kind: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_tool: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for item in train:
+        by_kind[item["kind"]].append(item)
+        by_tool[right_tool(item)].append(item)
+    strata = by_tool if args.balance else by_kind
+
+    probe = Probe(config, rank=args.rank)
+    params = [p for p in probe.model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=lr, betas=config.adam_betas, weight_decay=config.weight_decay)
+    lines: list[dict[str, Any]] = []
+
+    arguments = {**vars(args), "out": str(args.out), "lr": lr, "group_size": group, "temperature": temperature}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+
+    def emit(line: dict[str, Any]) -> None:
+        """Print the line and rewrite `--out` with it: a stopped run keeps what it measured."""
+        lines.append(line)
+        print(json.dumps(line), flush=True)
+        args.out.write_text(json.dumps({"arguments": arguments, "lines": lines}, indent=1) + "\n")
+
+    emit(evaluate(probe, held_out, 0))
+    started = time.perf_counter()
+    for step in range(1, args.steps + 1):
+        batch = [q for name in sorted(strata) for q in rng.sample(strata[name], args.batch_size // len(strata))]
+        samples = group if args.objective == "grpo" else 1
+        items = [q for q in batch for _ in range(samples)]
+        probe.model.train()  # no dropout (LoRA dropout is the config's, 0 in train_mixed.yaml); checkpointing on
+        prompts = [probe.prompt(q["question"], k % samples) for k, q in enumerate(items)]
+        logits = probe.logits(prompts)
+        gold = torch.tensor([probe.actions.index(right_tool(q)) for q in items])
+        line: dict[str, Any] = {"step": step}
+        if args.objective == "sft":
+            loss = torch.nn.functional.cross_entropy(logits, gold)
+        elif args.objective == "exact":
+            loss = -torch.softmax(logits, -1).gather(1, gold[:, None]).mean()
+        else:
+            logprobs = torch.log_softmax(logits / temperature, -1)
+            with torch.no_grad():
+                chosen = torch.multinomial(logprobs.exp(), 1)[:, 0]
+                rewards = (chosen == gold).float().view(-1, samples)
+                std = rewards.std(1, keepdim=True)
+                advantages = ((rewards - rewards.mean(1, keepdim=True)) / (std + 1e-6)).view(-1)
+            loss = -(advantages * logprobs.gather(1, chosen[:, None])[:, 0]).mean()
+            line.update(reward=round(float(rewards.mean()), 4), groups_without_signal=round(float((std == 0).float()
+                                                                                                 .mean()), 4))
+        if args.entropy_coef:
+            tempered = logits / (temperature if args.objective == "grpo" else 1.0)  # as the trainer's, for grpo
+            entropy = -(torch.softmax(tempered, -1) * torch.log_softmax(tempered, -1)).sum(-1).mean()
+            line["action_entropy"] = round(float(entropy.detach()), 4)
+            loss = loss - args.entropy_coef * entropy
+        if args.kl_coef:
+            with torch.no_grad(), probe.model.disable_adapter():
+                reference = torch.log_softmax(probe.logits(prompts), -1)
+            current = torch.log_softmax(logits, -1)
+            kl = (current.exp() * (current - reference)).sum(-1).mean()
+            line["kl"] = round(float(kl.detach()), 4)
+            loss = loss + args.kl_coef * kl
+        optimizer.zero_grad()
+        loss.backward()
+        line.update(loss=round(float(loss), 4),
+                    grad_norm=round(float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)), 4))
+        optimizer.step()
+        p_right = torch.softmax(logits.detach(), -1)[torch.arange(len(items)), gold]
+        line["p_right"] = {kind: round(float(p_right[[k for k, q in enumerate(items) if q["kind"] == kind]].mean()), 4)
+                           for kind in sorted(by_kind)}
+        line["seconds"] = round(time.perf_counter() - started, 1)
+        emit(line)
+        if step % args.eval_every == 0 or step == args.steps:
+            emit(evaluate(probe, held_out, step))
+
+
+if __name__ == "__main__":
+    main()
