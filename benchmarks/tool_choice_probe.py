@@ -1,13 +1,14 @@
 """The planner's first tool choice trained directly at its one token: can this LoRA learn a choice that depends
 on the question at all, and which objective loses it?
 
-`tool_choice_bandit.py` runs the whole trainer on the first tool choice (about 150 s a step on 2 cores) and
-learns the majority's tool. This probe takes 10-40 s a step, so objectives can be told apart in minutes. It keeps
-the planner's real turn-1 prompt (the flow config's system prompt, question, tool menu shuffled per rollout,
-empty memory, step line), the bundled model and the LoRA of the training config, and reads the policy at one
-position: after `{"tool_name": "` (what the schema forces before the choice), the first token of each action,
-renormalised over the actions. Three objectives, on the same batches (two questions of each kind, or with
-`--balance` half whose right first tool is `python` and half `wikipedia_search`):
+`tool_choice_bandit.py` runs the whole trainer on the first tool choice (about 150 s a step on 2 cores) and learns
+the majority's tool. This probe takes 10-20 s a step for `sft` and `exact` (50-190 s for `grpo`, G = 4-8, often
+beside another run), so objectives can be told apart in minutes. It keeps the planner's real turn-1 prompt (the flow
+config's system prompt, question, tool menu shuffled per rollout, empty memory, step line), the bundled model and
+the LoRA of the training config, and reads the policy at one position: after `{"tool_name": "` (what the schema
+forces before the choice), the first token of each action, renormalised over the actions. Three objectives, on the
+same batches (two questions of each kind, or with `--balance` half whose right first tool is `python` and half
+`wikipedia_search`):
 
 - `sft`: cross-entropy on the right tool. Full information: if this fails, the prompt, the LoRA or the step size
   cannot separate the kinds, whatever the reward.
