@@ -40,6 +40,7 @@ from agentflow.flow import Flow
 from agentflow.memory import FlowMemory
 from agentflow.planner import planner_messages
 from agentflow.tools.base import create_tool
+from agentflow.train.advantages import get_advantage, no_signal_groups
 from agentflow.train.config import TrainConfig
 from agentflow.train.data import default_paths
 from agentflow.trajectory import Trajectory
@@ -189,15 +190,17 @@ def main() -> None:
             logprobs = torch.log_softmax(logits / temperature, -1)
             with torch.no_grad():
                 chosen = torch.multinomial(logprobs.exp(), 1)[:, 0]
-                rewards = (chosen == gold).float().view(-1, samples)
-                std = rewards.std(1, keepdim=True)
-                advantages = ((rewards - rewards.mean(1, keepdim=True)) / (std + 1e-6)).view(-1)
+                rewards = (chosen == gold).float()
+                groups = [str(k // samples) for k in range(len(items))]
+                advantages = get_advantage(config.advantage)(  # the trainer's estimator: one row a trajectory
+                    rewards=rewards, group_ids=groups, trajectory_ids=[str(k) for k in range(len(items))],
+                    row_trajectory=torch.arange(len(items)), eps=config.advantage_eps)
             loss = -(advantages * logprobs.gather(1, chosen[:, None])[:, 0]).mean()
-            line.update(reward=round(float(rewards.mean()), 4), groups_without_signal=round(float((std == 0).float()
-                                                                                                 .mean()), 4))
+            line.update(reward=round(float(rewards.mean()), 4),
+                        groups_without_signal=round(no_signal_groups(rewards, groups) / len(batch), 4))
         if args.entropy_coef:
             tempered = logits / (temperature if args.objective == "grpo" else 1.0)  # as the trainer's, for grpo
-            entropy = -(torch.softmax(tempered, -1) * torch.log_softmax(tempered, -1)).sum(-1).mean()
+            entropy = torch.distributions.Categorical(logits=tempered).entropy().mean()
             line["action_entropy"] = round(float(entropy.detach()), 4)
             loss = loss - args.entropy_coef * entropy
         if args.kl_coef:
