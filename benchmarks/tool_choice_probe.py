@@ -121,6 +121,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=6, help="questions a step")
     parser.add_argument("--group-size", type=int, help="grpo: samples a question; default: the config's")
     parser.add_argument("--temperature", type=float, help="grpo: sampling temperature; default: the config's")
+    parser.add_argument("--advantage", help="grpo: the trainer's advantage estimator by name (batch_trajectory: "
+                        "over the batch, not the group); default: the config's")
     parser.add_argument("--entropy-coef", type=float, default=0.0,
                         help="minus this times the mean entropy of the action distribution (for grpo at the "
                              "sampling temperature), added to the loss: the trainer's action_entropy_coef, here on "
@@ -140,6 +142,7 @@ def main() -> None:
     lr = args.lr or config.learning_rate
     group = args.group_size or config.group_size
     temperature = args.temperature or config.temperature or 1.0
+    advantage = args.advantage or config.advantage
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     rng = random.Random(args.seed)
@@ -162,7 +165,8 @@ def main() -> None:
     optimizer = torch.optim.AdamW(params, lr=lr, betas=config.adam_betas, weight_decay=config.weight_decay)
     lines: list[dict[str, Any]] = []
 
-    arguments = {**vars(args), "out": str(args.out), "lr": lr, "group_size": group, "temperature": temperature}
+    arguments = {**vars(args), "out": str(args.out), "lr": lr, "group_size": group, "temperature": temperature,
+                 "advantage": advantage}
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
     def emit(line: dict[str, Any]) -> None:
@@ -192,7 +196,7 @@ def main() -> None:
                 chosen = torch.multinomial(logprobs.exp(), 1)[:, 0]
                 rewards = (chosen == gold).float()
                 groups = [str(k // samples) for k in range(len(items))]
-                advantages = get_advantage(config.advantage)(  # the trainer's estimator: one row a trajectory
+                advantages = get_advantage(advantage)(  # the trainer's estimator: one row a trajectory
                     rewards=rewards, group_ids=groups, trajectory_ids=[str(k) for k in range(len(items))],
                     row_trajectory=torch.arange(len(items)), eps=config.advantage_eps)
             loss = -(advantages * logprobs.gather(1, chosen[:, None])[:, 0]).mean()

@@ -22,8 +22,8 @@ def run(name: str, rewards=REWARDS, groups=GROUPS, trajs=TRAJS, rows=ROWS) -> li
                                eps=0.0).tolist()
 
 
-def test_registry_has_the_three_estimators():
-    assert {"grpo_trajectory", "grpo_turn_rows", "no_std"} <= set(ADVANTAGE_ESTIMATORS)
+def test_registry_has_the_four_estimators():
+    assert {"grpo_trajectory", "grpo_turn_rows", "no_std", "batch_trajectory"} <= set(ADVANTAGE_ESTIMATORS)
 
 
 def test_grpo_trajectory_normalises_over_trajectories_and_copies_to_turns():
@@ -44,13 +44,28 @@ def test_no_std_subtracts_the_group_mean_only():
     assert run("no_std") == pytest.approx([0.5, 0.5, -0.5, 0, 0, 0, 0], abs=1e-6)
 
 
+def test_batch_trajectory_normalises_over_the_batch_so_a_silent_group_keeps_its_signal():
+    # all four trajectories: mean 0.75, Bessel std sqrt((3 x 0.0625 + 0.5625) / 3) = 0.5; q2 (both right) is
+    # silent under the group estimators but sits above the batch's mean here
+    assert run("batch_trajectory") == pytest.approx([0.5, 0.5, -1.5, 0.5, 0.5, 0.5, 0.5], abs=1e-6)
+    assert run("grpo_trajectory")[3:] == [0, 0, 0, 0]
+    # a group that got everything wrong, beside one that got everything right: pushed down, not ignored
+    both = run("batch_trajectory", torch.tensor([0.0, 0.0, 1.0, 1.0]), rows=torch.arange(4))
+    assert both == pytest.approx([-0.866025, -0.866025, 0.866025, 0.866025], abs=1e-6)
+    assert sum(both) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_batch_trajectory_is_zero_when_every_trajectory_got_the_same_reward():
+    assert run("batch_trajectory", torch.tensor([1.0, 1.0, 1.0, 1.0])) == [0.0] * 7
+
+
 def test_eps_enters_the_denominator():
     out = get_advantage("grpo_trajectory")(rewards=REWARDS, group_ids=GROUPS, trajectory_ids=TRAJS,
                                            row_trajectory=ROWS, eps=0.5)
     assert out[0].item() == pytest.approx(0.5 / (math.sqrt(0.5) + 0.5), abs=1e-6)
 
 
-@pytest.mark.parametrize("name", ["grpo_trajectory", "grpo_turn_rows", "no_std"])
+@pytest.mark.parametrize("name", ["grpo_trajectory", "grpo_turn_rows", "no_std", "batch_trajectory"])
 def test_group_of_one_has_zero_advantage(name):
     assert run(name, torch.tensor([1.0]), ["q"], ["t"], torch.tensor([0, 0])) == [0.0, 0.0]
 

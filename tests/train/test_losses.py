@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from agentflow.train.losses import clipped_surrogate_loss, kl_k1, kl_k2, kl_k3, row_weights
+from agentflow.train.losses import action_credit, clipped_surrogate_loss, kl_k1, kl_k2, kl_k3, row_weights
 
 # Row 0: advantage +1, token ratios 1.5 and 0.5.
 # Row 1: advantage -1, one token of ratio 1.5 (the second is padding).
@@ -154,3 +154,20 @@ def test_validation():
         loss(ref_logprobs=NEW, kl_estimator="k9")
     with pytest.raises(ValueError, match="unknown loss aggregation"):
         loss(aggregation="sum")
+
+
+def test_action_credit_gives_the_action_its_share_and_keeps_the_rows_weight():
+    # row 0: 6 response tokens (left-padded by one), forced, action, 3 free, forced; row 1: the action is its
+    # only free token; row 2: no action
+    mask = torch.tensor([[0, 1, 1, 1, 1, 1, 1], [0, 0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 1, 1]])
+    action = torch.zeros(3, 7, dtype=torch.bool)
+    action[0, 2] = action[1, 5] = True
+    free = torch.tensor([[0, 0, 1, 1, 1, 1, 0], [0, 0, 0, 0, 0, 1, 0], [0, 0, 0, 0, 0, 1, 1]], dtype=torch.bool)
+    credit = action_credit(mask, action, free, 0.5)
+    # 0.5 x 6 on the action, the other 3 on the three free tokens, 0 on the forced ones
+    assert credit[0].tolist() == pytest.approx([0, 0, 3.0, 1.0, 1.0, 1.0, 0])
+    assert credit[1].tolist() == [0, 0, 0, 0, 0, 3.0, 0] and credit[2].tolist() == [1.0] * 7
+    assert float((credit[0] * mask[0]).sum()) == pytest.approx(6.0)
+    assert action_credit(mask, action, free, 1.0)[0].tolist() == pytest.approx([0, 0, 6.0, 0, 0, 0, 0])
+    with pytest.raises(ValueError, match="in \\[0, 1\\]"):
+        action_credit(mask, action, free, 1.5)

@@ -228,3 +228,36 @@ def test_the_action_entropy_bonus_keeps_the_tool_choice_open(engine: Transformer
         assert metrics["action_entropy"] == pytest.approx(before, rel=1e-4)
         after[coef] = _action_entropy(engine, update, rows)
     assert after[0.1] > after[0.0] + 0.01
+
+
+def test_action_loss_share_one_trains_the_tool_token_alone(engine: TransformersEngine) -> None:
+    """With the whole reply's weight on its action, one update's gradient is that of the action tokens'
+    log-probs alone, each row weighted as the paper weighs the reply (1/(B G) here): the sub-goal's tokens
+    add nothing. Without the option they would (checked, so the comparison can fail)."""
+    rows = sample_rows(engine, 4)
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5])
+    batch = UpdateBatch(rows=rows, advantages=advantages, row_group=["q0"] * 4, trajectories={"q0": 4})
+    start = {k: v.clone() for k, v in engine.model.state_dict().items()}
+
+    def expected_step() -> dict[str, torch.Tensor]:
+        engine.model.load_state_dict(start)
+        engine.model.zero_grad()
+        packed = replayed(engine, updater(engine), rows)
+        logprobs, _, _ = response_logprobs(engine.model, packed, temperature=1.0)
+        action = action_positions(packed, [r.action for r in rows])
+        (-(advantages[:, None] * logprobs * action).sum() / 4).backward()
+        return {n: -0.01 * p.grad for n, p in engine.model.named_parameters() if p.grad is not None}
+
+    def update_step(**options) -> dict[str, torch.Tensor]:
+        engine.model.load_state_dict(start)
+        updater(engine, learning_rate=0.01, max_grad_norm=1e9, **options).grpo(batch, temperature=1.0, step=1)
+        after = dict(engine.model.named_parameters())
+        return {n: after[n].detach() - start[n] for n in want}
+
+    want = expected_step()
+    assert any(g.abs().max() > 1e-6 for g in want.values())
+    got = update_step(action_loss_share=1.0)
+    for name, delta in want.items():
+        assert torch.allclose(got[name], delta, atol=1e-6), name
+    paper = update_step()
+    assert any(not torch.allclose(paper[n], want[n], atol=1e-6) for n in want)

@@ -153,6 +153,8 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"lr_schedule": "linear"}, "linear"),
     ({"data": {"stratify_field": "kind"}}, "stratify_field"),
     ({"action_entropy_coef": 0.01}, "action_entropy_coef"),
+    ({"action_loss_share": 0.5}, "action_loss_share"),
+    ({"advantage": "batch_trajectory"}, "no verl mapping"),
     ({"advantage_eps": 1e-4}, "advantage_eps"),
     ({"lora": {"dropout": 0.1}}, "dropout"),
     ({"planner": {"seed": 3}}, "seed"),

@@ -11,7 +11,7 @@ Every estimator has the same keyword-only signature, so the trainer never change
 - `row_trajectory`: long tensor (R,), the trajectory index of each planner-turn row.
 
 Standard deviations are Bessel-corrected (as `torch.std`, TRL and verl do). A group of one trajectory
-carries no signal: its advantages are 0.
+carries no signal under the group estimators: its advantages are 0 (under `batch_trajectory`, a batch of one).
 """
 
 from __future__ import annotations
@@ -123,6 +123,23 @@ def no_std(*, rewards: torch.Tensor, group_ids: Sequence[str], trajectory_ids: S
     _validate(rewards, group_ids, trajectory_ids, row_trajectory)
     groups, n_groups = _group_index(group_ids)
     return _normalise(rewards, groups, n_groups, eps=eps, scale=False)[row_trajectory]
+
+
+@register_advantage("batch_trajectory")
+def batch_trajectory(*, rewards: torch.Tensor, group_ids: Sequence[str], trajectory_ids: Sequence[str],
+                     row_trajectory: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """Normalise over all trajectories of the batch, then copy to every planner turn: REINFORCE++'s global
+    normalisation (Hu et al. 2025) with the outcome reward.
+
+    A question whose G trajectories all got the same reward keeps a signal: its reward against the batch's
+    mean. Under the group estimators such a group has none, so a policy that gives one kind of question the
+    wrong tool every time never hears of it again (docs/training.md, the tool-choice probe). The advantages of
+    a batch sum to zero, so what every question shares (naming one tool more often) gets no push of its own.
+    The baseline no longer knows the question: a hard question's trajectories are pushed down with the rest.
+    """
+    _validate(rewards, group_ids, trajectory_ids, row_trajectory)
+    everyone = torch.zeros(rewards.shape[0], dtype=torch.long)
+    return _normalise(rewards, everyone, 1, eps=eps, scale=True)[row_trajectory]
 
 
 def role_advantages(estimator: str, *, rewards: torch.Tensor, group_ids: Sequence[str],

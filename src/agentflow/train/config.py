@@ -210,10 +210,15 @@ class TrainConfig(_Strict):
         "update's actions to the loss: an exploration floor on the choice of tool, where a bonus over all tokens "
         "would also reward noise in the free sub-goal text. 0: none, as the paper. Acts on the rows the update "
         "trains (groups with signal, or all with kl_coef > 0). The metric action_entropy is logged either way.")
+    action_loss_share: float | None = Field(
+        None, ge=0.0, le=1.0, description="Share of each reply's weight in the policy loss that its action token "
+        "(the tool it named) carries; the rest is spread evenly over the reply's other free tokens (the sub-goal "
+        "text). None: every token alike, the paper's 1/|a|, under which the one token that chose the tool gets "
+        "about 1/30 of a planner reply's gradient. The row's own weight (loss_aggregation) does not change.")
     kl_estimator: Literal["k1", "k2", "k3"] = Field(
         "k3", description="Per-token KL estimator (Schulman's k1/k2/k3; GRPO uses k3).")
     advantage: str = Field("grpo_trajectory", description="Advantage estimator from the registry in "
-                           "`agentflow.train.advantages`: grpo_trajectory, grpo_turn_rows, no_std.")
+                           "`agentflow.train.advantages`: grpo_trajectory, grpo_turn_rows, no_std, batch_trajectory.")
     advantage_eps: float = Field(1e-6, ge=0.0, description="Added to the group std before dividing.")
     loss_aggregation: Literal["trajectory_turn_token_mean", "token_mean", "seq_mean_token_mean"] = Field(
         "trajectory_turn_token_mean", description="trajectory_turn_token_mean: the paper's 1/G * 1/T_i * 1/|a| "

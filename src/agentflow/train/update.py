@@ -29,7 +29,7 @@ import torch
 
 from agentflow.train.config import TrainConfig
 from agentflow.train.logprobs import action_index, action_positions, micro_batches, pack_rows, response_logprobs
-from agentflow.train.losses import clipped_surrogate_loss, row_weights
+from agentflow.train.losses import action_credit, clipped_surrogate_loss, row_weights
 from agentflow.train.rollout import TurnRow
 
 
@@ -245,6 +245,10 @@ class PolicyUpdater:
                     k = len(rows[i].response_ids)
                     weights_row = gap.weights(rows[i], raw[j, raw.shape[1] - k:])
                     packed.token_weights[j, packed.token_weights.shape[1] - k:] = torch.tensor(weights_row)
+            if cfg.action_loss_share is not None:
+                free = packed.response_mask.bool() if packed.allowed is None else packed.allowed.sum(-1) > 1
+                credit = action_credit(packed.response_mask, action, free, cfg.action_loss_share).to(logprobs.device)
+                packed.token_weights = credit if packed.token_weights is None else packed.token_weights * credit
             ref_lp = None if ref is None else _right_aligned([ref[i] for i in indices], logprobs.shape[1]).to(
                 logprobs.device)
             result = clipped_surrogate_loss(

@@ -72,8 +72,9 @@ FIELD_ROUTES: dict[str, str] = {
     "clip_high": "actor_rollout_ref.actor.clip_ratio_high",
     "kl_coef": "actor_rollout_ref.actor.use_kl_loss (coef > 0) and kl_loss_coef",
     "action_entropy_coef": "refused when > 0: verl's entropy_coeff weighs every token's entropy, not the action's",
+    "action_loss_share": "refused when set: verl's policy loss weighs a response's tokens alike (loss_agg_mode)",
     "kl_estimator": "actor_rollout_ref.actor.kl_loss_type (k1, k2, k3; verl clamps k3 to [-10, 10])",
-    "advantage": "algorithm.adv_estimator and norm_adv_by_std_in_grpo (see ESTIMATORS)",
+    "advantage": "algorithm.adv_estimator and norm_adv_by_std_in_grpo (see ESTIMATORS; batch_trajectory refused)",
     "advantage_eps": "fixed at 1e-6 in verl: other values refused",
     "loss_aggregation": "actor_rollout_ref.actor.loss_agg_mode (token-mean, seq-mean-token-mean; verl has no "
                         "per-trajectory mode: trajectory_turn_token_mean refused, default seq_mean_token_mean)",
@@ -179,6 +180,9 @@ class VerlTrainConfig(TrainConfig):
                 raise _refuse(f"`{name}` has no verl equivalent ({FIELD_ROUTES[name]}); remove it")
         if self.action_entropy_coef > 0:
             raise _refuse(f"action_entropy_coef: {FIELD_ROUTES['action_entropy_coef']}; remove it, or train with "
+                          "`agentflow train` (local backend)")
+        if self.action_loss_share is not None:
+            raise _refuse(f"action_loss_share: {FIELD_ROUTES['action_loss_share']}; remove it, or train with "
                           "`agentflow train` (local backend)")
         if self.data.stratify_field is not None:
             raise _refuse("data.stratify_field: verl's dataloader draws its own batches (one shuffle of the "
