@@ -209,7 +209,8 @@ class TrainConfig(_Strict):
         "policy chose freely (under the planner's schema, which tool). Adds -coef x the mean entropy of the "
         "update's actions to the loss: an exploration floor on the choice of tool, where a bonus over all tokens "
         "would also reward noise in the free sub-goal text. 0: none, as the paper. Acts on the rows the update "
-        "trains (groups with signal, or all with kl_coef > 0). The metric action_entropy is logged either way.")
+        "trains (rows with a nonzero advantage: under the group estimators, groups with signal; all with kl_coef > 0). "
+        "The metric action_entropy is logged either way.")
     action_loss_share: float | None = Field(
         None, ge=0.0, le=1.0, description="Share of each reply's weight in the policy loss that its action token "
         "(the tool it named) carries; the rest is spread evenly over the reply's other free tokens (the sub-goal "
