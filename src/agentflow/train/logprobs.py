@@ -189,14 +189,23 @@ def action_index(response_ids: Sequence[int], schema: dict[str, Any] | None,
     return -1
 
 
-def action_positions(packed: PackedRows, actions: Sequence[int | None] | None = None) -> torch.Tensor:
-    """(N, R) booleans: each row's action. `actions[i]`: row i's action index in its response
-    (`TurnRow.action`; -1: none); where it is None, the first response position where more than one token could
-    be drawn: under the planner's tool-first schema that is the tool (its reply opens with the forced
-    `{"tool_name": "`); an unconstrained row's action is its first token."""
+def free_positions(packed: PackedRows) -> torch.Tensor:
+    """(N, R) booleans: response positions where more than one token could be drawn (every response position
+    of an unconstrained row)."""
     free = packed.response_mask.bool()
     if packed.allowed is not None:
         free = free & (packed.allowed.sum(-1) > 1)
+    return free
+
+
+def action_positions(packed: PackedRows, actions: Sequence[int | None] | None = None,
+                     free: torch.Tensor | None = None) -> torch.Tensor:
+    """(N, R) booleans: each row's action. `actions[i]`: row i's action index in its response
+    (`TurnRow.action`; -1: none); where it is None, the first response position where more than one token could
+    be drawn: under the planner's tool-first schema that is the tool (its reply opens with the forced
+    `{"tool_name": "`); an unconstrained row's action is its first token. `free`: `free_positions(packed)`,
+    if the caller has it already."""
+    free = free_positions(packed) if free is None else free
     positions = free & (free.cumsum(dim=1) == 1)
     for i, index in enumerate(actions or []):
         if index is None:

@@ -28,7 +28,14 @@ from typing import Any
 import torch
 
 from agentflow.train.config import TrainConfig
-from agentflow.train.logprobs import action_index, action_positions, micro_batches, pack_rows, response_logprobs
+from agentflow.train.logprobs import (
+    action_index,
+    action_positions,
+    free_positions,
+    micro_batches,
+    pack_rows,
+    response_logprobs,
+)
 from agentflow.train.losses import action_credit, clipped_surrogate_loss, row_weights
 from agentflow.train.rollout import TurnRow
 
@@ -233,7 +240,8 @@ class PolicyUpdater:
                                                        with_entropy=True, with_raw=gap is not None,
                                                        chunked_head=self.chunked_head, entropy_grad=bonus > 0)
             assert entropy is not None
-            action = action_positions(packed, [rows[i].action for i in indices])
+            free = free_positions(packed)
+            action = action_positions(packed, [rows[i].action for i in indices], free)
             action_entropy = (entropy * action).sum()
             sums["action_entropy_sum"] = sums.get("action_entropy_sum", 0.0) + float(action_entropy.detach())
             sums["actions"] = sums.get("actions", 0.0) + float(action.sum())
@@ -246,7 +254,6 @@ class PolicyUpdater:
                     weights_row = gap.weights(rows[i], raw[j, raw.shape[1] - k:])
                     packed.token_weights[j, packed.token_weights.shape[1] - k:] = torch.tensor(weights_row)
             if cfg.action_loss_share is not None:
-                free = packed.response_mask.bool() if packed.allowed is None else packed.allowed.sum(-1) > 1
                 credit = action_credit(packed.response_mask, action, free, cfg.action_loss_share).to(logprobs.device)
                 packed.token_weights = credit if packed.token_weights is None else packed.token_weights * credit
             ref_lp = None if ref is None else _right_aligned([ref[i] for i in indices], logprobs.shape[1]).to(
