@@ -18,6 +18,8 @@ same batches (two questions of each kind, or with `--balance` half whose right f
 
     python benchmarks/tool_choice_probe.py --objective sft --out runs/probe_sft.json
     python benchmarks/tool_choice_probe.py --objective exact --balance --steps 40 --out runs/probe_exact_bal.json
+    python benchmarks/tool_choice_probe.py --steps 0 --describe "python=Calculator: computes arithmetic on numbers." \
+        --out runs/probe_prior_short.json
 
 Prints one JSON line per step and per evaluation (greedy, the first `--eval-size` held-out questions, menu in
 the evaluation's order) and writes them with the arguments to `--out`.
@@ -51,7 +53,7 @@ CHOICE_PREFIX = '{"tool_name": "'
 class Probe:
     """The policy's distribution over the actions at the planner's first turn."""
 
-    def __init__(self, config: TrainConfig, *, rank: int | None) -> None:
+    def __init__(self, config: TrainConfig, *, rank: int | None, describe: dict[str, str] | None = None) -> None:
         from peft import LoraConfig, get_peft_model
 
         flow_config = config.rollout_flow_config()
@@ -60,6 +62,10 @@ class Probe:
         tools = {name: create_tool(name, settings) for name, settings in flow_config.tools.items()}
         self.flow = Flow(flow_config, engines={}, tools=tools)
         self.actions = self.flow.actions()
+        unknown = set(describe or {}) - set(self.actions)
+        if unknown:
+            raise SystemExit(f"--describe names no action of the menu: {sorted(unknown)} (actions: {self.actions})")
+        self.describe = describe or {}
         model, self.tokenizer = load_policy(config.policy)
         lora = config.lora
         self.model = get_peft_model(model, LoraConfig(
@@ -76,8 +82,9 @@ class Probe:
     def prompt(self, question: str, variant: int) -> str:
         traj = Trajectory(question=question, variant=variant)
         limits = self.flow.config.limits
+        menu = {name: self.describe.get(name, text) for name, text in self.flow._tool_descriptions(traj, 1).items()}
         messages = planner_messages(
-            question=question, analysis="", tool_descriptions=self.flow._tool_descriptions(traj, 1),
+            question=question, analysis="", tool_descriptions=menu,
             memory=self.flow._render(FlowMemory(question=question), tool_names=self.flow.config.planner_memory_tools),
             turn=1, max_turns=limits.max_turns)
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) \
@@ -97,18 +104,28 @@ def evaluate(probe: Probe, items: list[dict[str, Any]], at: int) -> dict[str, An
     right: Counter[str] = Counter()
     total: Counter[str] = Counter()
     chose: dict[str, Counter[str]] = defaultdict(Counter)
+    probability: dict[str, list[torch.Tensor]] = defaultdict(list)
     probe.model.eval()
     with torch.no_grad():
         for start in range(0, len(items), 15):
             chunk = items[start:start + 15]
             for item, row in zip(chunk, probe.logits([probe.prompt(q["question"], 0) for q in chunk]), strict=True):
+                probability[item["kind"]].append(torch.softmax(row, -1))
                 action = probe.actions[int(row.argmax())]
                 chose[item["kind"]][action] += 1
                 total[item["kind"]] += 1
                 right[item["kind"]] += action == right_tool(item)
     return {"at": at, "accuracy": round(sum(right.values()) / len(items), 4),
             "by_kind": {kind: round(right[kind] / total[kind], 4) for kind in sorted(total)},
-            "chose": {kind: dict(chose[kind]) for kind in sorted(chose)}}
+            "chose": {kind: dict(chose[kind]) for kind in sorted(chose)},
+            "mean_probability": {kind: mean_probability(probe.actions, probability[kind])
+                                 for kind in sorted(probability)}}
+
+
+def mean_probability(actions: list[str], rows: list[torch.Tensor]) -> dict[str, float]:
+    """Each action's probability (temperature 1), averaged over the rows."""
+    mean = torch.stack(rows).mean(0)
+    return {action: round(float(mean[k]), 3) for k, action in enumerate(actions)}
 
 
 def main() -> None:
@@ -131,6 +148,9 @@ def main() -> None:
                         help="plus this times KL(policy || frozen model) of the action distribution, exact")
     parser.add_argument("--balance", action="store_true",
                         help="half the batch python-first questions, half wikipedia-first (else two a kind)")
+    parser.add_argument("--describe", action="append", default=[], metavar="ACTION=TEXT",
+                        help="the menu's description of ACTION replaced by TEXT (with --steps 0: does the frozen "
+                             "planner's choice follow what the menu says a tool is for?)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-size", type=int, default=90)
     parser.add_argument("--eval-every", type=int, default=5)
@@ -160,7 +180,7 @@ def main() -> None:
         by_tool[right_tool(item)].append(item)
     strata = by_tool if args.balance else by_kind
 
-    probe = Probe(config, rank=args.rank)
+    probe = Probe(config, rank=args.rank, describe=dict(text.split("=", 1) for text in args.describe))
     params = [p for p in probe.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, betas=config.adam_betas, weight_decay=config.weight_decay)
     lines: list[dict[str, Any]] = []
