@@ -14,6 +14,7 @@ when the planner named the right first tool, and the held-out accuracy is the fi
     python benchmarks/tool_choice_bandit.py --out runs/bandit --steps 15
     python benchmarks/tool_choice_bandit.py --out runs/bandit_last --steps 15 --set flow.planner_tool_last=true
     python benchmarks/tool_choice_bandit.py --out runs/bandit_balanced --steps 15 --balance
+    python benchmarks/tool_choice_bandit.py --out runs/bandit_balanced --steps 30 --balance --resume
     python benchmarks/learning_mixed.py runs/bandit --out benchmarks/results/tool_choice_bandit.json
 
 (`learning_mixed.py` reads the run's per-step tool shares by kind, its evaluations and its timings.)
@@ -85,6 +86,9 @@ def main() -> None:
                         help="train on as many questions whose right first tool is `python` as `wikipedia_search` "
                              "(the task has twice as many of the second), each batch half and half")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --out from its last checkpoint (to --steps), as `agentflow train "
+                             "--resume` does; give the arguments it was started with")
     args = parser.parse_args()
 
     raw = TrainConfig.from_yaml(args.config).model_dump()
@@ -103,7 +107,7 @@ def main() -> None:
     Flow._execute = _no_tool  # type: ignore[method-assign]
     Flow._generate = _tool_as_answer  # type: ignore[method-assign]
     logging.basicConfig(level=logging.WARNING)
-    result = Trainer(TrainConfig.from_dict(raw)).run()
+    result = Trainer(TrainConfig.from_dict(raw)).run(resume=args.resume)
     print(json.dumps(result, indent=2, default=str))
 
 
