@@ -6,7 +6,7 @@ the majority's tool. This probe takes 10-20 s a step for `sft` and `exact` (50-1
 beside another run), so objectives can be told apart in minutes. It keeps the planner's real turn-1 prompt (the flow
 config's system prompt, question, tool menu shuffled per rollout, empty memory, step line), the bundled model and
 the LoRA of the training config, and reads the policy at one position: after `{"tool_name": "` (what the schema
-forces before the choice), the first token of each action, renormalised over the actions. Three objectives, on the
+forces before the choice), the first token of each action, renormalised over the actions. Four objectives, on the
 same batches (two questions of each kind, or with `--balance` half whose right first tool is `python` and half
 `wikipedia_search`):
 
@@ -15,6 +15,10 @@ same batches (two questions of each kind, or with `--balance` half whose right f
 - `exact`: minus the expected reward, p(right tool). The policy gradient without sampling noise.
 - `grpo`: G actions sampled per question at the rollout temperature, rewards normalised within the group, the
   action token's log-prob only (the trainer's estimator without the rest of the reply).
+- `group_all`: the same G samples, but each action the group chose is scored by its samples' mean reward less
+  the group's (with `--advantage batch_trajectory`: the batch's), and the policy's whole distribution over the
+  actions is moved by those scores (as `exact` with the group's estimates in place of the true rewards; an
+  action no sample chose scores 0).
 
     python benchmarks/tool_choice_probe.py --objective sft --out runs/probe_sft.json
     python benchmarks/tool_choice_probe.py --objective exact --balance --steps 40 --out runs/probe_exact_bal.json
@@ -128,10 +132,24 @@ def mean_probability(actions: list[str], rows: list[torch.Tensor]) -> dict[str, 
     return {action: round(float(mean[k]), 3) for k, action in enumerate(actions)}
 
 
+def group_action_estimates(chosen: torch.Tensor, rewards: torch.Tensor, samples: int, actions: int, *,
+                           over_batch: bool = False) -> torch.Tensor:
+    """(rows, actions): for each group of `samples` rows, the mean reward of the rows that chose each action minus
+    the group's mean reward (`over_batch`: the batch's), on every row of the group; 0 for an action the group did
+    not choose."""
+    estimate = torch.zeros(len(chosen), actions)
+    for start in range(0, len(chosen), samples):
+        group_rewards, group_chosen = rewards[start:start + samples], chosen[start:start + samples]
+        baseline = rewards.mean() if over_batch else group_rewards.mean()
+        for action in group_chosen.unique():
+            estimate[start:start + samples, action] = group_rewards[group_chosen == action].mean() - baseline
+    return estimate
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="src/agentflow/configs/train_mixed.yaml")
-    parser.add_argument("--objective", choices=["sft", "exact", "grpo"], default="grpo")
+    parser.add_argument("--objective", choices=["sft", "exact", "grpo", "group_all"], default="grpo")
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--lr", type=float, help="default: the config's learning_rate")
     parser.add_argument("--rank", type=int, help="LoRA rank (alpha scaled with it); default: the config's")
@@ -199,7 +217,7 @@ def main() -> None:
     started = time.perf_counter()
     for step in range(1, args.steps + 1):
         batch = [q for name in sorted(strata) for q in rng.sample(strata[name], args.batch_size // len(strata))]
-        samples = group if args.objective == "grpo" else 1
+        samples = group if args.objective in ("grpo", "group_all") else 1
         items = [q for q in batch for _ in range(samples)]
         probe.model.train()  # no dropout (LoRA dropout is the config's, 0 in train_mixed.yaml); checkpointing on
         prompts = [probe.prompt(q["question"], k % samples) for k, q in enumerate(items)]
@@ -210,6 +228,16 @@ def main() -> None:
             loss = torch.nn.functional.cross_entropy(logits, gold)
         elif args.objective == "exact":
             loss = -torch.softmax(logits, -1).gather(1, gold[:, None]).mean()
+        elif args.objective == "group_all":
+            probabilities = torch.softmax(logits / temperature, -1)
+            with torch.no_grad():
+                chosen = torch.multinomial(probabilities, 1)[:, 0]
+                rewards = (chosen == gold).float()
+                estimate = group_action_estimates(chosen, rewards, samples, len(probe.actions),
+                                                  over_batch=advantage == "batch_trajectory")
+            loss = -(probabilities * estimate).sum(-1).mean()
+            line.update(reward=round(float(rewards.mean()), 4), groups_without_signal=round(
+                no_signal_groups(rewards, [str(k // samples) for k in range(len(items))]) / len(batch), 4))
         else:
             logprobs = torch.log_softmax(logits / temperature, -1)
             with torch.no_grad():
@@ -223,7 +251,7 @@ def main() -> None:
             line.update(reward=round(float(rewards.mean()), 4),
                         groups_without_signal=round(no_signal_groups(rewards, groups) / len(batch), 4))
         if args.entropy_coef:
-            tempered = logits / (temperature if args.objective == "grpo" else 1.0)  # as the trainer's, for grpo
+            tempered = logits / (temperature if samples > 1 else 1.0)  # as the trainer's, for sampled objectives
             entropy = torch.distributions.Categorical(logits=tempered).entropy().mean()
             line["action_entropy"] = round(float(entropy.detach()), 4)
             loss = loss - args.entropy_coef * entropy
