@@ -146,6 +146,14 @@ def group_action_estimates(chosen: torch.Tensor, rewards: torch.Tensor, samples:
     return estimate
 
 
+def menu_text(value: str) -> tuple[str, str]:
+    """`--describe ACTION=TEXT` as (action, text)."""
+    action, sep, text = value.partition("=")
+    if not sep or not action or not text:
+        raise argparse.ArgumentTypeError(f"expected ACTION=TEXT, got {value!r}")
+    return action, text
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="src/agentflow/configs/train_mixed.yaml")
@@ -166,7 +174,7 @@ def main() -> None:
                         help="plus this times KL(policy || frozen model) of the action distribution, exact")
     parser.add_argument("--balance", action="store_true",
                         help="half the batch python-first questions, half wikipedia-first (else two a kind)")
-    parser.add_argument("--describe", action="append", default=[], metavar="ACTION=TEXT",
+    parser.add_argument("--describe", action="append", default=[], type=menu_text, metavar="ACTION=TEXT",
                         help="the menu's description of ACTION replaced by TEXT (with --steps 0: does the frozen "
                              "planner's choice follow what the menu says a tool is for?)")
     parser.add_argument("--seed", type=int, default=0)
@@ -198,7 +206,7 @@ def main() -> None:
         by_tool[right_tool(item)].append(item)
     strata = by_tool if args.balance else by_kind
 
-    probe = Probe(config, rank=args.rank, describe=dict(text.split("=", 1) for text in args.describe))
+    probe = Probe(config, rank=args.rank, describe=dict(args.describe))
     params = [p for p in probe.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, betas=config.adam_betas, weight_decay=config.weight_decay)
     lines: list[dict[str, Any]] = []
