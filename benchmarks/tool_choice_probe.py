@@ -231,6 +231,7 @@ def main() -> None:
         prompts = [probe.prompt(q["question"], k % samples) for k, q in enumerate(items)]
         logits = probe.logits(prompts)
         gold = torch.tensor([probe.actions.index(right_tool(q)) for q in items])
+        groups = [str(k // samples) for k in range(len(items))]
         line: dict[str, Any] = {"step": step}
         if args.objective == "sft":
             loss = torch.nn.functional.cross_entropy(logits, gold)
@@ -244,14 +245,13 @@ def main() -> None:
                 estimate = group_action_estimates(chosen, rewards, samples, len(probe.actions),
                                                   over_batch=advantage == "batch_trajectory")
             loss = -(probabilities * estimate).sum(-1).mean()
-            line.update(reward=round(float(rewards.mean()), 4), groups_without_signal=round(
-                no_signal_groups(rewards, [str(k // samples) for k in range(len(items))]) / len(batch), 4))
+            line.update(reward=round(float(rewards.mean()), 4),
+                        groups_without_signal=round(no_signal_groups(rewards, groups) / len(batch), 4))
         else:
             logprobs = torch.log_softmax(logits / temperature, -1)
             with torch.no_grad():
                 chosen = torch.multinomial(logprobs.exp(), 1)[:, 0]
                 rewards = (chosen == gold).float()
-                groups = [str(k // samples) for k in range(len(items))]
                 advantages = get_advantage(advantage)(  # the trainer's estimator: one row a trajectory
                     rewards=rewards, group_ids=groups, trajectory_ids=[str(k) for k in range(len(items))],
                     row_trajectory=torch.arange(len(items)), eps=config.advantage_eps)
