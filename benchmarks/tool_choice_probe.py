@@ -6,9 +6,10 @@ the majority's tool. This probe takes 10-20 s a step for `sft` and `exact` (50-1
 beside another run), so objectives can be told apart in minutes. It keeps the planner's real turn-1 prompt (the flow
 config's system prompt, question, tool menu shuffled per rollout, empty memory, step line), the bundled model and
 the LoRA of the training config, and reads the policy at one position: after `{"tool_name": "` (what the schema
-forces before the choice), the first token of each action, renormalised over the actions. Four objectives, on the
-same batches (two questions of each kind, or with `--balance` half whose right first tool is `python` and half
-`wikipedia_search`):
+forces before the choice). An action's probability there is that of every token that starts it ("w", "wiki",
+"wikipedia", ... for `wikipedia_search`: the schema lets the reply start with any), renormalised over the actions.
+Four objectives, on the same batches (two questions of each kind, or with `--balance` half whose right first tool
+is `python` and half `wikipedia_search`), optionally after `--flatten-steps` (a start with no preference):
 
 - `sft`: cross-entropy on the right tool. Full information: if this fails, the prompt, the LoRA or the step size
   cannot separate the kinds, whatever the reward.
@@ -57,7 +58,8 @@ CHOICE_PREFIX = '{"tool_name": "'
 class Probe:
     """The policy's distribution over the actions at the planner's first turn."""
 
-    def __init__(self, config: TrainConfig, *, rank: int | None, describe: dict[str, str] | None = None) -> None:
+    def __init__(self, config: TrainConfig, *, rank: int | None, describe: dict[str, str] | None = None,
+                 first_token_only: bool = False) -> None:
         from peft import LoraConfig, get_peft_model
 
         flow_config = config.rollout_flow_config()
@@ -78,10 +80,20 @@ class Probe:
         # 24 prompts of ~400 tokens took 18.8 GB without (killed on a 24 GB machine); it acts in train mode only
         self.model.gradient_checkpointing_enable()
         self.model.enable_input_require_grads()
-        first = [self.tokenizer.encode(name, add_special_tokens=False)[0] for name in self.actions]
-        if len(set(first)) != len(first):
-            raise SystemExit(f"the actions {self.actions} do not start with distinct tokens")
-        self.first_tokens = first
+        # every token the schema lets the reply start an action with ("w", "wiki", "wikipedia" for
+        # wikipedia_search): the flow samples among all of them, so the action's probability is their total
+        starts: list[list[int]] = [[] for _ in self.actions]
+        for token in range(len(self.tokenizer)):
+            text = self.tokenizer.decode([token])
+            owners = [k for k, name in enumerate(self.actions)
+                      if text and (name.startswith(text) or text.startswith(name + '"'))]
+            if len(owners) > 1:
+                raise SystemExit(f"the token {text!r} starts more than one action of {self.actions}")
+            if owners:
+                starts[owners[0]].append(token)
+        if first_token_only:
+            starts = [[self.tokenizer.encode(name, add_special_tokens=False)[0]] for name in self.actions]
+        self.starts = starts
 
     def prompt(self, question: str, variant: int) -> str:
         traj = Trajectory(question=question, variant=variant)
@@ -94,28 +106,43 @@ class Probe:
         return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) \
             + CHOICE_PREFIX
 
-    def logits(self, prompts: list[str]) -> torch.Tensor:
-        """(len(prompts), actions): the next-token logits of each action's first token."""
+    def logits(self, prompts: list[str], temperature: float = 1.0) -> torch.Tensor:
+        """(len(prompts), actions): each action's logit at `temperature`, the log of the total exp(logit /
+        temperature) of the tokens that start it (with `first_token_only`: its own first token's), so that a softmax
+        gives the probability with which the flow's constrained reply, sampled at that temperature, starts each
+        action. Temperature 0: each action's best token's logit (the argmax is the flow's greedy choice)."""
+        return self.action_logits(self.next_logits(prompts), temperature)
+
+    def next_logits(self, prompts: list[str]) -> torch.Tensor:
         encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        return self.model(**encoded, logits_to_keep=1).logits[:, -1, self.first_tokens]
+        return self.model(**encoded, logits_to_keep=1).logits[:, -1]
+
+    def action_logits(self, logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+        if temperature == 0:
+            return torch.stack([logits[:, tokens].max(-1).values for tokens in self.starts], -1)
+        return torch.stack([(logits[:, tokens] / temperature).logsumexp(-1) for tokens in self.starts], -1)
 
 
 def right_tool(item: dict[str, Any]) -> str:
     return item["tools"][0]
 
 
-def evaluate(probe: Probe, items: list[dict[str, Any]], at: int) -> dict[str, Any]:
+def evaluate(probe: Probe, items: list[dict[str, Any]], at: int | str) -> dict[str, Any]:
     right: Counter[str] = Counter()
     total: Counter[str] = Counter()
     chose: dict[str, Counter[str]] = defaultdict(Counter)
     probability: dict[str, list[torch.Tensor]] = defaultdict(list)
+    p_right: dict[str, list[float]] = defaultdict(list)
     probe.model.eval()
     with torch.no_grad():
         for start in range(0, len(items), 15):
             chunk = items[start:start + 15]
-            for item, row in zip(chunk, probe.logits([probe.prompt(q["question"], 0) for q in chunk]), strict=True):
+            logits = probe.next_logits([probe.prompt(q["question"], 0) for q in chunk])
+            rows = zip(chunk, probe.action_logits(logits), probe.action_logits(logits, 0.0), strict=True)
+            for item, row, greedy in rows:
                 probability[item["kind"]].append(torch.softmax(row, -1))
-                action = probe.actions[int(row.argmax())]
+                p_right[item["kind"]].append(float(probability[item["kind"]][-1][probe.actions.index(right_tool(item))]))
+                action = probe.actions[int(greedy.argmax())]
                 chose[item["kind"]][action] += 1
                 total[item["kind"]] += 1
                 right[item["kind"]] += action == right_tool(item)
@@ -123,7 +150,10 @@ def evaluate(probe: Probe, items: list[dict[str, Any]], at: int) -> dict[str, An
             "by_kind": {kind: round(right[kind] / total[kind], 4) for kind in sorted(total)},
             "chose": {kind: dict(chose[kind]) for kind in sorted(chose)},
             "mean_probability": {kind: mean_probability(probe.actions, probability[kind])
-                                 for kind in sorted(probability)}}
+                                 for kind in sorted(probability)},
+            "share_right_under_0.01": {  # questions on which sampling the right tool is all but impossible
+                kind: round(sum(p < 0.01 for p in values) / len(values), 4)
+                for kind, values in sorted(p_right.items())}}
 
 
 def mean_probability(actions: list[str], rows: list[torch.Tensor]) -> dict[str, float]:
@@ -177,6 +207,19 @@ def main() -> None:
     parser.add_argument("--describe", action="append", default=[], type=menu_text, metavar="ACTION=TEXT",
                         help="the menu's description of ACTION replaced by TEXT (with --steps 0: does the frozen "
                              "planner's choice follow what the menu says a tool is for?)")
+    parser.add_argument("--flatten-steps", type=int, default=0,
+                        help="before training, this many steps of cross-entropy toward the uniform distribution over "
+                             "the actions at the sampling temperature (no reward, no label: a start with no preference "
+                             "for the rollouts to sample from), then an evaluation at "
+                             "'flattened'; its own AdamW at --flatten-lr, the training's starts fresh")
+    parser.add_argument("--flatten-lr", type=float, help="default: the config's learning_rate")
+    parser.add_argument("--flatten-temperature", type=float, help="default: the sampling temperature")
+    parser.add_argument("--first-token-only", action="store_true",
+                        help="read each action at its own first token alone ('wikipedia', 'python', 'answer'), as the "
+                             "runs recorded before the default became every token that starts it")
+    parser.add_argument("--save-adapter", type=Path, metavar="DIR",
+                        help="write the LoRA adapter at the end of the run (with --steps 0: the flattened start) "
+                             "where `policy.adapter` of a training config can start from it")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-size", type=int, default=90)
     parser.add_argument("--eval-every", type=int, default=5)
@@ -206,12 +249,13 @@ def main() -> None:
         by_tool[right_tool(item)].append(item)
     strata = by_tool if args.balance else by_kind
 
-    probe = Probe(config, rank=args.rank, describe=dict(args.describe))
+    probe = Probe(config, rank=args.rank, describe=dict(args.describe), first_token_only=args.first_token_only)
     params = [p for p in probe.model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=lr, betas=config.adam_betas, weight_decay=config.weight_decay)
     lines: list[dict[str, Any]] = []
 
-    arguments = {**vars(args), "out": str(args.out), "lr": lr, "group_size": group, "temperature": temperature,
+    arguments = {**vars(args), "out": str(args.out), "save_adapter": args.save_adapter and str(args.save_adapter),
+                 "lr": lr, "group_size": group, "temperature": temperature,
                  "advantage": advantage}
     args.out.parent.mkdir(parents=True, exist_ok=True)
 
@@ -223,13 +267,30 @@ def main() -> None:
 
     emit(evaluate(probe, held_out, 0))
     started = time.perf_counter()
+    if args.flatten_steps:
+        flatten_rng = random.Random(args.seed + 1)  # the training batches below stay those of a run without it
+        flattener = torch.optim.AdamW(params, lr=args.flatten_lr or config.learning_rate, betas=config.adam_betas,
+                                      weight_decay=config.weight_decay)
+        for step in range(1, args.flatten_steps + 1):
+            batch = [q for name in sorted(by_kind) for q in flatten_rng.sample(by_kind[name], 2)]
+            probe.model.train()
+            logits = probe.logits([probe.prompt(q["question"], flatten_rng.randrange(1 << 16)) for q in batch],
+                                  args.flatten_temperature or temperature)
+            loss = -torch.log_softmax(logits, -1).mean()
+            flattener.zero_grad()
+            loss.backward()
+            flattener.step()
+            emit({"flatten_step": step, "loss": round(float(loss), 4),
+                  "seconds": round(time.perf_counter() - started, 1)})
+        emit(evaluate(probe, held_out, "flattened"))
     for step in range(1, args.steps + 1):
         batch = [q for name in sorted(strata) for q in rng.sample(strata[name], args.batch_size // len(strata))]
         samples = group if args.objective in ("grpo", "group_all") else 1
         items = [q for q in batch for _ in range(samples)]
         probe.model.train()  # no dropout (LoRA dropout is the config's, 0 in train_mixed.yaml); checkpointing on
         prompts = [probe.prompt(q["question"], k % samples) for k, q in enumerate(items)]
-        logits = probe.logits(prompts)
+        tau = temperature if samples > 1 else 1.0  # sampled objectives: the policy the rollouts sample
+        logits = probe.logits(prompts, tau)
         gold = torch.tensor([probe.actions.index(right_tool(q)) for q in items])
         groups = [str(k // samples) for k in range(len(items))]
         line: dict[str, Any] = {"step": step}
@@ -238,7 +299,7 @@ def main() -> None:
         elif args.objective == "exact":
             loss = -torch.softmax(logits, -1).gather(1, gold[:, None]).mean()
         elif args.objective == "group_all":
-            probabilities = torch.softmax(logits / temperature, -1)
+            probabilities = torch.softmax(logits, -1)
             with torch.no_grad():
                 chosen = torch.multinomial(probabilities, 1)[:, 0]
                 rewards = (chosen == gold).float()
@@ -248,7 +309,7 @@ def main() -> None:
             line.update(reward=round(float(rewards.mean()), 4),
                         groups_without_signal=round(no_signal_groups(rewards, groups) / len(batch), 4))
         else:
-            logprobs = torch.log_softmax(logits / temperature, -1)
+            logprobs = torch.log_softmax(logits, -1)
             with torch.no_grad():
                 chosen = torch.multinomial(logprobs.exp(), 1)[:, 0]
                 rewards = (chosen == gold).float()
@@ -259,13 +320,12 @@ def main() -> None:
             line.update(reward=round(float(rewards.mean()), 4),
                         groups_without_signal=round(no_signal_groups(rewards, groups) / len(batch), 4))
         if args.entropy_coef:
-            tempered = logits / (temperature if samples > 1 else 1.0)  # as the trainer's, for sampled objectives
-            entropy = torch.distributions.Categorical(logits=tempered).entropy().mean()
+            entropy = torch.distributions.Categorical(logits=logits).entropy().mean()  # at tau, as the trainer's
             line["action_entropy"] = round(float(entropy.detach()), 4)
             loss = loss - args.entropy_coef * entropy
         if args.kl_coef:
             with torch.no_grad(), probe.model.disable_adapter():
-                reference = torch.log_softmax(probe.logits(prompts), -1)
+                reference = torch.log_softmax(probe.logits(prompts, tau), -1)
             current = torch.log_softmax(logits, -1)
             kl = (current.exp() * (current - reference)).sum(-1).mean()
             line["kl"] = round(float(kl.detach()), 4)
@@ -282,6 +342,8 @@ def main() -> None:
         emit(line)
         if step % args.eval_every == 0 or step == args.steps:
             emit(evaluate(probe, held_out, step))
+    if args.save_adapter:
+        probe.model.save_pretrained(args.save_adapter)
 
 
 if __name__ == "__main__":
