@@ -219,7 +219,7 @@ def main() -> None:
                              "runs recorded before the default became every token that starts it")
     parser.add_argument("--save-adapter", type=Path, metavar="DIR",
                         help="write the LoRA adapter at the end of the run (with --steps 0: the flattened start) "
-                             "where `policy.adapter` of a training config can start from it")
+                             "where a training config's `flow.engines.policy.adapter` can start from it")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--eval-size", type=int, default=90)
     parser.add_argument("--eval-every", type=int, default=5)
@@ -335,6 +335,7 @@ def main() -> None:
         line.update(loss=round(float(loss), 4),
                     grad_norm=round(float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)), 4))
         optimizer.step()
+        # at the sampling temperature for sampled objectives (at 1 in runs recorded before --first-token-only)
         p_right = torch.softmax(logits.detach(), -1)[torch.arange(len(items)), gold]
         line["p_right"] = {kind: round(float(p_right[[k for k, q in enumerate(items) if q["kind"] == kind]].mean()), 4)
                            for kind in sorted(by_kind)}
