@@ -127,17 +127,20 @@ def right_tool(item: dict[str, Any]) -> str:
     return item["tools"][0]
 
 
-def evaluate(probe: Probe, items: list[dict[str, Any]], at: int | str) -> dict[str, Any]:
+def evaluate(probe: Probe, items: list[dict[str, Any]], at: int | str, temperature: float) -> dict[str, Any]:
     right: Counter[str] = Counter()
     total: Counter[str] = Counter()
     chose: dict[str, Counter[str]] = defaultdict(Counter)
     probability: dict[str, list[torch.Tensor]] = defaultdict(list)
     p_right: dict[str, list[float]] = defaultdict(list)
+    allowed = [token for tokens in probe.starts for token in tokens]
+    shares = torch.zeros(len(allowed))
     probe.model.eval()
     with torch.no_grad():
         for start in range(0, len(items), 15):
             chunk = items[start:start + 15]
             logits = probe.next_logits([probe.prompt(q["question"], 0) for q in chunk])
+            shares += torch.softmax(logits[:, allowed] / temperature, -1).sum(0)
             rows = zip(chunk, probe.action_logits(logits), probe.action_logits(logits, 0.0), strict=True)
             for item, row, greedy in rows:
                 probability[item["kind"]].append(torch.softmax(row, -1))
@@ -153,7 +156,11 @@ def evaluate(probe: Probe, items: list[dict[str, Any]], at: int | str) -> dict[s
                                  for kind in sorted(probability)},
             "share_right_under_0.01": {  # questions on which sampling the right tool is all but impossible
                 kind: round(sum(p < 0.01 for p in values) / len(values), 4)
-                for kind, values in sorted(p_right.items())}}
+                for kind, values in sorted(p_right.items())},
+            # which token a sampled reply starts each action with, at the sampling temperature, over all questions
+            "token_shares": {name: {probe.tokenizer.decode([token]): round(float(shares[allowed.index(token)]) /
+                                                                            len(items), 3) for token in tokens}
+                             for name, tokens in zip(probe.actions, probe.starts, strict=True)}}
 
 
 def mean_probability(actions: list[str], rows: list[torch.Tensor]) -> dict[str, float]:
@@ -265,7 +272,7 @@ def main() -> None:
         print(json.dumps(line), flush=True)
         args.out.write_text(json.dumps({"arguments": arguments, "lines": lines}, indent=1) + "\n")
 
-    emit(evaluate(probe, held_out, 0))
+    emit(evaluate(probe, held_out, 0, temperature))
     started = time.perf_counter()
     if args.flatten_steps:
         flatten_rng = random.Random(args.seed + 1)  # the training batches below stay those of a run without it
@@ -282,7 +289,7 @@ def main() -> None:
             flattener.step()
             emit({"flatten_step": step, "loss": round(float(loss), 4),
                   "seconds": round(time.perf_counter() - started, 1)})
-        emit(evaluate(probe, held_out, "flattened"))
+        emit(evaluate(probe, held_out, "flattened", temperature))
     for step in range(1, args.steps + 1):
         batch = [q for name in sorted(strata) for q in rng.sample(strata[name], args.batch_size // len(strata))]
         samples = group if args.objective in ("grpo", "group_all") else 1
@@ -342,7 +349,7 @@ def main() -> None:
         line["seconds"] = round(time.perf_counter() - started, 1)
         emit(line)
         if step % args.eval_every == 0 or step == args.steps:
-            emit(evaluate(probe, held_out, step))
+            emit(evaluate(probe, held_out, step, temperature))
     if args.save_adapter:
         probe.model.save_pretrained(args.save_adapter)
 
