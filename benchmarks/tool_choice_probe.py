@@ -82,17 +82,19 @@ class Probe:
         self.model.enable_input_require_grads()
         # every token the schema lets the reply start an action with ("w", "wiki", "wikipedia" for
         # wikipedia_search): the flow samples among all of them, so the action's probability is their total
-        starts: list[list[int]] = [[] for _ in self.actions]
-        for token in range(len(self.tokenizer)):
-            text = self.tokenizer.decode([token])
-            owners = [k for k, name in enumerate(self.actions)
-                      if text and (name.startswith(text) or text.startswith(name + '"'))]
-            if len(owners) > 1:
-                raise SystemExit(f"the token {text!r} starts more than one action of {self.actions}")
-            if owners:
-                starts[owners[0]].append(token)
+        starts: list[list[int]]
         if first_token_only:
             starts = [[self.tokenizer.encode(name, add_special_tokens=False)[0]] for name in self.actions]
+        else:
+            starts = [[] for _ in self.actions]
+            for token in range(len(self.tokenizer)):
+                text = self.tokenizer.decode([token])
+                owners = [k for k, name in enumerate(self.actions)
+                          if text and (name.startswith(text) or text.startswith(name + '"'))]
+                if len(owners) > 1:
+                    raise SystemExit(f"the token {text!r} starts more than one action of {self.actions}")
+                if owners:
+                    starts[owners[0]].append(token)
         self.starts = starts
 
     def prompt(self, question: str, variant: int) -> str:
@@ -143,12 +145,14 @@ def evaluate(probe: Probe, items: list[dict[str, Any]], at: int | str, temperatu
             shares += torch.softmax(logits[:, allowed] / temperature, -1).sum(0)
             rows = zip(chunk, probe.action_logits(logits), probe.action_logits(logits, 0.0), strict=True)
             for item, row, greedy in rows:
-                probability[item["kind"]].append(torch.softmax(row, -1))
-                p_right[item["kind"]].append(float(probability[item["kind"]][-1][probe.actions.index(right_tool(item))]))
-                action = probe.actions[int(greedy.argmax())]
-                chose[item["kind"]][action] += 1
-                total[item["kind"]] += 1
-                right[item["kind"]] += action == right_tool(item)
+                kind, gold = item["kind"], probe.actions.index(right_tool(item))
+                probability[kind].append(torch.softmax(row, -1))
+                p_right[kind].append(float(probability[kind][-1][gold]))
+                action = int(greedy.argmax())
+                chose[kind][probe.actions[action]] += 1
+                total[kind] += 1
+                right[kind] += action == gold
+    share_of = dict(zip(allowed, (shares / len(items)).tolist(), strict=True))
     return {"at": at, "accuracy": round(sum(right.values()) / len(items), 4),
             "by_kind": {kind: round(right[kind] / total[kind], 4) for kind in sorted(total)},
             "chose": {kind: dict(chose[kind]) for kind in sorted(chose)},
@@ -158,8 +162,7 @@ def evaluate(probe: Probe, items: list[dict[str, Any]], at: int | str, temperatu
                 kind: round(sum(p < 0.01 for p in values) / len(values), 4)
                 for kind, values in sorted(p_right.items())},
             # which token a sampled reply starts each action with, at the sampling temperature, over all questions
-            "token_shares": {name: {probe.tokenizer.decode([token]): round(float(shares[allowed.index(token)]) /
-                                                                            len(items), 3) for token in tokens}
+            "token_shares": {name: {probe.tokenizer.decode([token]): round(share_of[token], 3) for token in tokens}
                              for name, tokens in zip(probe.actions, probe.starts, strict=True)}}
 
 
