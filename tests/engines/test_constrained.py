@@ -27,11 +27,13 @@ SCHEMA = {
 }
 
 
-def byte_tokenizer() -> PreTrainedTokenizerFast:
-    """One token per byte (no merges) plus the chat specials: it can spell any JSON."""
+def byte_tokenizer(merges: tuple[tuple[str, str], ...] = ()) -> PreTrainedTokenizerFast:
+    """One token per byte plus the chat specials: it can spell any JSON. `merges`: pairs of ASCII characters that
+    are one token as well (("p", "y"): "py"), so that a word can start with either of two tokens."""
     specials = ["<pad>", "<|im_start|>", "<|im_end|>"]
     alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    backend = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(specials + alphabet)}, merges=[]))
+    vocab = specials + alphabet + [a + b for a, b in merges]
+    backend = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(vocab)}, merges=list(merges)))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token="<pad>", eos_token="<|im_end|>",

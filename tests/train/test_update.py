@@ -11,8 +11,16 @@ import torch
 from agentflow.config import TransformersEngineConfig
 from agentflow.engines.base import SamplingParams
 from agentflow.engines.hf import TransformersEngine
+from agentflow.planner import planner_schema
 from agentflow.train.config import TrainConfig
-from agentflow.train.logprobs import action_index, action_positions, pack_rows, plain_lm_head, response_logprobs
+from agentflow.train.logprobs import (
+    action_index,
+    action_positions,
+    action_tokens,
+    pack_rows,
+    plain_lm_head,
+    response_logprobs,
+)
 from agentflow.train.rollout import TurnRow
 from agentflow.train.update import PolicyUpdater, UpdateBatch, mini_batch_groups
 from tests.engines.test_constrained import SCHEMA, byte_tokenizer
@@ -261,3 +269,101 @@ def test_action_loss_share_one_trains_the_tool_token_alone(engine: TransformersE
         assert torch.allclose(got[name], delta, atol=1e-6), name
     paper = update_step()
     assert any(not torch.allclose(paper[n], want[n], atol=1e-6) for n in want)
+
+
+@pytest.fixture
+def merged_engine() -> TransformersEngine:
+    """The byte-level engine with "py" and "wi" as tokens too: each tool can start with either of two tokens."""
+    torch.set_num_threads(1)
+    tokenizer = byte_tokenizer(merges=(("p", "y"), ("w", "i")))
+    return TransformersEngine(TransformersEngineConfig(device="cpu", max_batch_size=16, seed=0),
+                              model=tiny_model(tokenizer), tokenizer=tokenizer)
+
+
+def test_a_tools_log_prob_is_the_total_of_the_tokens_that_start_it(merged_engine: TransformersEngine) -> None:
+    """With action_logprob: tool the action's log-prob is log(p("p") + p("py")) for python, under the masked
+    distribution it was sampled from; every other position keeps its token's."""
+    engine = merged_engine
+    rows = sample_rows(engine, 8)
+    update = updater(engine, action_logprob="tool")
+    packed = replayed(engine, update, rows)
+    decode = engine.tokenizer.decode
+    starts = {"python": {"p", "py"}, "wikipedia_search": {"w", "wi"}}
+    for row in rows:
+        tool = decode(row.response_ids[row.action:]).split('"')[0]
+        assert {decode([t]) for t in row.action_tokens} == starts[tool]
+    token_level = pack_rows(rows, pad_id=engine.tokenizer.pad_token_id, allowed=[r.allowed for r in rows],
+                            vocab_size=update.vocab_size)
+    assert token_level.action_sets is not None  # rows carry their sets: clear them for the token-level reading
+    token_level.action_sets = None
+    with torch.no_grad():
+        logits = engine.model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
+                              position_ids=packed.position_ids).logits[:, -packed.response_ids.shape[1] - 1:-1]
+        per_token, _, _ = response_logprobs(engine.model, token_level)
+        for chunked in (True, False):
+            tool_level, _, _ = response_logprobs(engine.model, packed, chunked_head=chunked)
+            action = action_positions(packed, [r.action for r in rows])
+            assert torch.allclose(tool_level[~action], per_token[~action], atol=1e-5)
+            for i, row in enumerate(rows):
+                position = int(action[i].nonzero())
+                here = logits[i, position].masked_fill(~packed.allowed[i, position], -torch.inf)
+                masked = torch.log_softmax(here, -1)
+                want = torch.logsumexp(masked[row.action_tokens], -1)
+                assert tool_level[i, position] == pytest.approx(float(want), abs=1e-5)
+                assert tool_level[i, position] > per_token[i, position] + 1e-3  # the other spelling counts too
+
+
+def test_action_tokens_leave_a_choice_not_made_at_the_action_to_the_token() -> None:
+    """A token that starts two values (the enum's "pandas" and "python" both start with "p") is no choice of
+    either: the row keeps the token's log-prob; so does a reply cut inside the value."""
+    tokenizer = byte_tokenizer(merges=(("p", "y"),))
+    schema = {**SCHEMA, "properties": {**SCHEMA["properties"],
+                                       "tool_name": {"type": "string", "enum": ["python", "pandas"]}}}
+    encode, decode = tokenizer.encode, tokenizer.decode
+    allowed = torch.zeros(len(tokenizer), dtype=torch.bool)
+    allowed[encode("p") + encode("py")] = True
+    reply = encode('{"tool_name": "') + encode("py") + encode('thon", "sub_goal": ""}')
+    assert [decode([t]) for t in action_tokens(reply, 15, allowed, schema, decode)] == ["py"]
+    spelt = encode('{"tool_name": "') + encode("p") + encode('ython", "sub_goal": ""}')
+    assert action_tokens(spelt, 15, allowed, schema, decode) is None  # "p" starts both
+    assert action_tokens(reply[:17], 15, allowed, schema, decode) is None  # cut inside the value
+
+
+def test_a_tool_level_update_takes_its_old_log_probs_from_its_own_pass(merged_engine: TransformersEngine) -> None:
+    """The sampler reported each drawn token's log-prob; the tool-level update's first step must start at ratio
+    1 all the same, so its gradient is that of the advantages times the action totals' log-probs. Fed the
+    sampler's token log-probs as the old ones, rows would start above 1, their gradient scaled by the ratio."""
+    engine = merged_engine
+    rows = sample_rows(engine, 6)
+    advantages = torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0])
+    batch = UpdateBatch(rows=rows, advantages=advantages, row_group=["q0"] * 6, trajectories={"q0": 6})
+    start = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    options = {"action_logprob": "tool", "action_loss_share": 1.0}
+    engine.model.zero_grad()
+    packed = replayed(engine, updater(engine, **options), rows)
+    logprobs, _, _ = response_logprobs(engine.model, packed)
+    action = action_positions(packed, [r.action for r in rows])
+    (-(advantages[:, None] * logprobs * action).sum() / 6).backward()
+    want = {n: -0.01 * p.grad for n, p in engine.model.named_parameters() if p.grad is not None}
+    assert any(g.abs().max() > 1e-6 for g in want.values())
+    engine.model.load_state_dict(start)
+    metrics = updater(engine, learning_rate=0.01, max_grad_norm=1e9, **options).grpo(batch, temperature=1.0, step=1)
+    after = dict(engine.model.named_parameters())
+    assert metrics["clip_fraction"] == 0.0
+    for name, delta in want.items():
+        assert torch.allclose(after[name].detach() - start[name], delta, atol=1e-6), name
+
+
+@pytest.mark.slow
+def test_the_bundled_tokenizer_starts_each_tool_several_ways() -> None:
+    """Why the tool-level log-prob exists: the bundled planner's reply can start python with "p", "py" or
+    "python", wikipedia_search with five tokens."""
+    engine = TransformersEngine(TransformersEngineConfig(device="cpu"))
+    schema = planner_schema(["wikipedia_search", "python"])
+    decode = engine.tokenizer.decode
+    for tool, starts in (("python", {"p", "py", "python"}),
+                         ("wikipedia_search", {"w", "wi", "wik", "wiki", "wikipedia"})):
+        reply = engine.tokenizer.encode(f'{{"tool_name": "{tool}", "sub_goal": "x"', add_special_tokens=False)
+        allowed = engine.allowed_tokens(schema, reply)
+        action = action_index(reply, schema, decode)
+        assert {decode([t]) for t in action_tokens(reply, action, allowed[action], schema, decode)} == starts

@@ -154,6 +154,7 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"data": {"stratify_field": "kind"}}, "stratify_field"),
     ({"action_entropy_coef": 0.01}, "action_entropy_coef"),
     ({"action_loss_share": 0.5}, "action_loss_share"),
+    ({"action_logprob": "tool"}, "action_logprob"),
     ({"advantage": "batch_trajectory"}, "no verl mapping"),
     ({"advantage_eps": 1e-4}, "advantage_eps"),
     ({"lora": {"dropout": 0.1}}, "dropout"),

@@ -216,6 +216,16 @@ class TrainConfig(_Strict):
         "(the tool it named) carries; the rest is spread evenly over the reply's other free tokens (the sub-goal "
         "text). None: every token alike, the paper's 1/|a|, under which the one token that chose the tool gets "
         "about 1/30 of a planner reply's gradient. The row's own weight (loss_aggregation) does not change.")
+    action_logprob: Literal["token", "tool"] = Field(
+        "token", description="What the policy loss takes as the probability of a reply's action (its tool, "
+        "`action_loss_share`). token: the token the reply drew there, as for every other token. tool: the total "
+        "probability of every token the schema allowed there that starts the same tool (\"p\", \"py\", \"python\" "
+        "for python), the probability of the choice itself. A tokenizer can start one tool several ways, so the "
+        "token-level update raises one spelling while lowering another: on the mixed task's first tool choice "
+        "(tool_choice_probe.py, seed 0) it pulled every question to python in 10 steps, where the tool-level one "
+        "learnt the kinds apart (docs/training.md). "
+        "tool recomputes the old log-probs in the trainer's forward pass (one pass more with several PPO epochs "
+        "or mini-batches and the transformers engine).")
     kl_estimator: Literal["k1", "k2", "k3"] = Field(
         "k3", description="Per-token KL estimator (Schulman's k1/k2/k3; GRPO uses k3).")
     advantage: str = Field("grpo_trajectory", description="Advantage estimator from the registry in "

@@ -40,6 +40,9 @@ class PackedRows:
     """(N, R, V) booleans: the tokens each response token could have been drawn from; None: all."""
     token_weights: torch.Tensor | None = None
     """(N, R) importance weights of each response token's policy gradient (TIS); None: all 1."""
+    action_sets: list[tuple[int, int, list[int]]] | None = None
+    """(row, response position, tokens): positions whose log-prob is the total of those tokens' probabilities,
+    not the drawn token's (rows with `TurnRow.action_tokens`); None: none."""
 
     @property
     def tokens(self) -> int:
@@ -81,16 +84,21 @@ def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | st
                 raise ValueError(f"row {i}: allowed-token mask {tuple(mask.shape)} != ({k}, {vocab_size})")
             masks[i, resp_width - k:] = mask
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
+    action_sets = [(i, resp_width - len(row.response_ids) + row.action, row.action_tokens)
+                   for i, row in enumerate(rows) if getattr(row, "action_tokens", None) and row.action is not None]
     return PackedRows(input_ids.to(device), attention.to(device), position_ids.to(device), response.to(device),
                       response_mask.to(device), old.to(device), None if masks is None else masks.to(device),
-                      None if weights is None else weights.to(device))
+                      None if weights is None else weights.to(device), action_sets or None)
 
 
 def _token_logprobs(head: torch.nn.Module, hidden: torch.Tensor, ids: torch.Tensor, allowed: torch.Tensor | None,
-                    temperature: float, entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                    temperature: float, entropy_grad: bool = False,
+                    action_sets: Sequence[tuple[int, int, list[int]]] | None = None,
+                    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-prob of `ids` and entropy (with gradient only if `entropy_grad`) of the (masked, tempered)
     distribution at each position, and the raw log-prob of `ids` (temperature 1, no mask; no grad), what
-    another engine reports."""
+    another engine reports. `action_sets` (`PackedRows.action_sets`, rows of this chunk): those positions' log-prob
+    is that of their tokens together."""
     logits = head(hidden).float()
     with torch.no_grad():
         raw = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
@@ -101,6 +109,12 @@ def _token_logprobs(head: torch.nn.Module, hidden: torch.Tensor, ids: torch.Tens
     # token logit - logsumexp: autograd keeps no (rows, tokens, vocab) log-softmax tensor for backward
     log_norm = torch.logsumexp(logits, dim=-1)
     logprobs = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - log_norm
+    if action_sets:
+        rows = torch.tensor([row for row, _, _ in action_sets], device=logits.device)
+        positions = torch.tensor([position for _, position, _ in action_sets], device=logits.device)
+        totals = torch.stack([torch.logsumexp(logits[row, position, tokens], dim=-1)
+                              for row, position, tokens in action_sets])
+        logprobs = logprobs.index_put((rows, positions), totals - log_norm[rows, positions])
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         probs = torch.softmax(logits, dim=-1)
         # masked logits are -inf where their probability is 0: their term is 0 (a finite stand-in keeps the
@@ -143,7 +157,8 @@ def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature
         out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
                     position_ids=packed.position_ids, logits_to_keep=resp_width + 1, use_cache=False)
         logprobs, entropy, raw = _token_logprobs(torch.nn.Identity(), out.logits[:, -resp_width - 1:-1, :],
-                                                 packed.response_ids, packed.allowed, temperature, entropy_grad)
+                                                 packed.response_ids, packed.allowed, temperature, entropy_grad,
+                                                 packed.action_sets)
         return (logprobs * packed.response_mask, entropy if with_entropy else None,
                 raw * packed.response_mask if with_raw else None)
     head = model.get_output_embeddings()
@@ -158,8 +173,10 @@ def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature
     for start in range(0, hidden.shape[0], rows_per_chunk):
         stop = start + rows_per_chunk
         allowed = None if packed.allowed is None else packed.allowed[start:stop]
+        sets = [(row - start, position, tokens) for row, position, tokens in packed.action_sets or []
+                if start <= row < stop]
         args: tuple[Any, ...] = (head, hidden[start:stop], packed.response_ids[start:stop], allowed, temperature,
-                                 entropy_grad)
+                                 entropy_grad, sets)
         if torch.is_grad_enabled() and hidden.requires_grad:
             logprobs, entropy, raw = checkpoint(_token_logprobs, *args, use_reentrant=False)
         else:
@@ -172,15 +189,22 @@ def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature
             torch.cat(raws) * packed.response_mask if with_raw else None)
 
 
+def _action_property(schema: dict[str, Any] | None) -> tuple[str, list[Any]] | None:
+    """The schema's first enum-valued property (the planner's `tool_name`) and its values, or None."""
+    properties = (schema or {}).get("properties", {})
+    return next(((name, list(spec["enum"])) for name, spec in properties.items()
+                 if isinstance(spec, dict) and "enum" in spec), None)
+
+
 def action_index(response_ids: Sequence[int], schema: dict[str, Any] | None,
                  decode: Callable[[list[int]], str]) -> int | None:
     """Where a constrained reply's action is: the index of the first token of the value of its schema's first
     enum-valued property (the planner's `tool_name`), found in the text as the compact JSON layout writes it;
     -1 when the reply never got there (cut); None when the schema has no such property."""
-    properties = (schema or {}).get("properties", {})
-    key = next((name for name, spec in properties.items() if isinstance(spec, dict) and "enum" in spec), None)
-    if key is None:
+    found = _action_property(schema)
+    if found is None:
         return None
+    key = found[0]
     opening, text = f'"{key}": "', ""
     for i, token in enumerate(response_ids):  # token by token: the key is ASCII, so no split character hides it
         if text.endswith(opening):
@@ -233,3 +257,28 @@ def micro_batches(rows: Sequence[TurnRow], *, max_rows: int, max_tokens: int) ->
     if current:
         batches.append(current)
     return batches
+
+
+def action_tokens(response_ids: Sequence[int], action: int, allowed: torch.Tensor, schema: dict[str, Any],
+                  decode: Callable[[list[int]], str]) -> list[int] | None:
+    """The tokens a constrained reply could have started its action with that start the same value as the one it
+    drew (for `python`: "p", "py", "python", whichever the tokenizer has): the tokens `allowed` (the (vocab,)
+    mask at `action`, the index `action_index` found) whose text begins that value of the schema's enum and no
+    other. The total of their probabilities is the policy's probability of choosing that value. None when the
+    reply's text there is no whole value (cut) or its drawn token begins several values (the choice is made
+    later)."""
+    found = _action_property(schema)
+    if found is None:
+        return None
+    values = [str(v) for v in found[1]]
+    text = decode(list(response_ids[action:]))
+    chosen = next((v for v in sorted(values, key=len, reverse=True) if text.startswith(v + '"')), None)
+    if chosen is None:
+        return None
+
+    def begins_only_chosen(token: int) -> bool:
+        piece = decode([token])
+        return bool(piece) and [v for v in values if v.startswith(piece) or piece.startswith(v + '"')] == [chosen]
+
+    tokens = [t for t in allowed.nonzero().flatten().tolist() if begins_only_chosen(t)]
+    return tokens if response_ids[action] in tokens else None

@@ -62,6 +62,9 @@ class TurnRow:
     """Index in `response_ids` of the row's action: the first token of its schema's enum-valued property (the
     planner's tool, wherever the schema puts it), set with the masks (`logprobs.action_index`); -1: the reply
     never reached it; None: no such property (the action is the first token that was not forced)."""
+    action_tokens: list[int] | None = None
+    """With `action_logprob: tool`: the tokens the schema allowed at `action` that start the same tool as the one
+    drawn (`logprobs.action_tokens`); the action's log-prob is then their total's. None: the drawn token's."""
 
 
 @dataclass

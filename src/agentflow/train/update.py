@@ -31,6 +31,7 @@ from agentflow.train.config import TrainConfig
 from agentflow.train.logprobs import (
     action_index,
     action_positions,
+    action_tokens,
     free_positions,
     micro_batches,
     pack_rows,
@@ -112,11 +113,16 @@ class PolicyUpdater:
 
     def replay_masks(self, rows: list[TurnRow]) -> None:
         """Rebuild each constrained row's token masks (what the rollout could draw from) from its schema, and
-        find its action (`TurnRow.action`)."""
+        find its action (`TurnRow.action`) and, with `action_logprob: tool`, the tokens that start the same tool
+        (`TurnRow.action_tokens`)."""
+        decode = self.policy.tokenizer.decode
         for row in rows:
             if row.schema is not None and row.allowed is None:
                 row.allowed = self.policy.allowed_tokens(row.schema, row.response_ids)
-                row.action = action_index(row.response_ids, row.schema, self.policy.tokenizer.decode)
+                row.action = action_index(row.response_ids, row.schema, decode)
+                if self.config.action_logprob == "tool" and row.action is not None and row.action >= 0:
+                    row.action_tokens = action_tokens(row.response_ids, row.action, row.allowed[row.action],
+                                                      row.schema, decode)
 
     def ref_logprobs(self, rows: list[TurnRow], temperature: float) -> list[torch.Tensor]:
         """Log-probs of every row's response tokens under the frozen reference (LoRA: adapter disabled), once
@@ -135,9 +141,9 @@ class PolicyUpdater:
         return [t for t in out if t is not None]
 
     def engine_rows(self, rows: list[TurnRow], temperature: float) -> dict[str, float]:
-        """Rows sampled by another engine, before an update that moves away from the rollout weights (several
-        mini-batches or epochs): one forward pass without gradient gives the trainer's own sampling log-probs,
-        which become `old_logprobs`, and the TIS weights. Returns the gap metrics."""
+        """Rows sampled by another engine (or with action totals), before an update that moves away from the
+        rollout weights (several mini-batches or epochs): one forward pass without gradient gives the trainer's own
+        sampling log-probs, which become `old_logprobs`, and the TIS weights. Returns the gap metrics."""
         gap = EngineGap(self.config, temperature)
         for indices in self._micro_batches(rows):
             packed = self._pack([rows[i] for i in indices])
@@ -162,8 +168,12 @@ class PolicyUpdater:
         metrics["seconds/masks"] = time.perf_counter() - start
         groups = list(dict.fromkeys(batch.row_group))
         gap: EngineGap | None = None
-        if any(r.engine_logprobs is not None for r in rows):
+        sampled_elsewhere = any(r.engine_logprobs is not None for r in rows)
+        if sampled_elsewhere:
             metrics["logprob_gap/mask_disagreements"] = float(unmask_disagreeing_rows(rows))
+        # old log-probs from the trainer's own pass: rows another engine sampled, and action totals (the sampler
+        # reported the drawn token's log-prob)
+        if sampled_elsewhere or any(r.action_tokens for r in rows):
             if cfg.ppo_epochs == 1 and (cfg.ppo_mini_batch_size or len(groups)) >= len(groups):
                 # one optimiser step from the rollout's weights: its own forward pass gives the old log-probs
                 gap = EngineGap(cfg, temperature)
@@ -325,6 +335,7 @@ def unmask_disagreeing_rows(rows: list[TurnRow]) -> int:
         if row.allowed is not None and not bool(
                 row.allowed[torch.arange(len(row.response_ids)), torch.tensor(row.response_ids)].all()):
             row.allowed = None
+            row.action_tokens = None  # token by token, as the rest of the row
             count += 1
     return count
 
@@ -341,8 +352,10 @@ class EngineGap:
         self.used: list[torch.Tensor] = []
 
     def weights(self, row: TurnRow, raw: torch.Tensor) -> list[float]:
-        """The TIS weight of each token of `row`, from the trainer's raw log-probs `raw` of its response."""
-        assert row.engine_logprobs is not None
+        """The TIS weight of each token of `row`, from the trainer's raw log-probs `raw` of its response (all 1 for
+        a row the trainer's own engine sampled)."""
+        if row.engine_logprobs is None:
+            return [1.0] * len(row.response_ids)
         delta = raw.detach().float().cpu() - torch.tensor(row.engine_logprobs, dtype=torch.float32)
         known = ~torch.isnan(delta)
         log_weight = torch.where(known, delta / self.temperature, torch.zeros_like(delta))

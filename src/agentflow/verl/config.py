@@ -73,6 +73,7 @@ FIELD_ROUTES: dict[str, str] = {
     "kl_coef": "actor_rollout_ref.actor.use_kl_loss (coef > 0) and kl_loss_coef",
     "action_entropy_coef": "refused when > 0: verl's entropy_coeff weighs every token's entropy, not the action's",
     "action_loss_share": "refused when set: verl's policy loss weighs a response's tokens alike (loss_agg_mode)",
+    "action_logprob": "refused unless token: verl's actor takes every response token's own log-prob",
     "kl_estimator": "actor_rollout_ref.actor.kl_loss_type (k1, k2, k3; verl clamps k3 to [-10, 10])",
     "advantage": "algorithm.adv_estimator and norm_adv_by_std_in_grpo (see ESTIMATORS; batch_trajectory refused)",
     "advantage_eps": "fixed at 1e-6 in verl: other values refused",
@@ -183,6 +184,9 @@ class VerlTrainConfig(TrainConfig):
                           "`agentflow train` (local backend)")
         if self.action_loss_share is not None:
             raise _refuse(f"action_loss_share: {FIELD_ROUTES['action_loss_share']}; remove it, or train with "
+                          "`agentflow train` (local backend)")
+        if self.action_logprob != "token":
+            raise _refuse(f"action_logprob: {FIELD_ROUTES['action_logprob']}; remove it, or train with "
                           "`agentflow train` (local backend)")
         if self.data.stratify_field is not None:
             raise _refuse("data.stratify_field: verl's dataloader draws its own batches (one shuffle of the "
