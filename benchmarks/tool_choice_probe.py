@@ -15,7 +15,9 @@ is `python` and half `wikipedia_search`), optionally after `--flatten-steps` (a 
   cannot separate the kinds, whatever the reward.
 - `exact`: minus the expected reward, p(right tool). The policy gradient without sampling noise.
 - `grpo`: G actions sampled per question at the rollout temperature, rewards normalised within the group, the
-  action token's log-prob only (the trainer's estimator without the rest of the reply).
+  action's log-prob only (the trainer's estimator without the rest of the reply). With `--token-action` the
+  sample is the token the reply starts with and its log-prob the token's (the trainer's `action_logprob: token`);
+  without, the action and its total (`action_logprob: tool`).
 - `group_all`: the same G samples, but each action the group chose is scored by its samples' mean reward less
   the group's (with `--advantage batch_trajectory`: the batch's), and the policy's whole distribution over the
   actions is moved by those scores (as `exact` with the group's estimates in place of the true rewards; an
@@ -227,6 +229,10 @@ def main() -> None:
     parser.add_argument("--first-token-only", action="store_true",
                         help="read each action at its own first token alone ('wikipedia', 'python', 'answer'), as the "
                              "runs recorded before the default became every token that starts it")
+    parser.add_argument("--token-action", action="store_true",
+                        help="grpo: sample and train the token the reply starts with ('w', 'p', 'python', ...: "
+                             "the trainer's action) rather than the action (the total over its tokens); the reward "
+                             "is still the action's")
     parser.add_argument("--save-adapter", type=Path, metavar="DIR",
                         help="write the LoRA adapter at the end of the run (with --steps 0: the flattened start) "
                              "where a training config's `flow.engines.policy.adapter` can start from it")
@@ -261,6 +267,8 @@ def main() -> None:
 
     probe = Probe(config, rank=args.rank, describe=dict(args.describe), first_token_only=args.first_token_only)
     params = [p for p in probe.model.parameters() if p.requires_grad]
+    allowed = [token for tokens in probe.starts for token in tokens]
+    owner = torch.tensor([k for k, tokens in enumerate(probe.starts) for _ in tokens])  # each allowed token's action
     optimizer = torch.optim.AdamW(params, lr=lr, betas=config.adam_betas, weight_decay=config.weight_decay)
     lines: list[dict[str, Any]] = []
 
@@ -300,7 +308,8 @@ def main() -> None:
         probe.model.train()  # no dropout (LoRA dropout is the config's, 0 in train_mixed.yaml); checkpointing on
         prompts = [probe.prompt(q["question"], k % samples) for k, q in enumerate(items)]
         tau = temperature if samples > 1 else 1.0  # sampled objectives: the policy the rollouts sample
-        logits = probe.logits(prompts, tau)
+        next_logits = probe.next_logits(prompts)
+        logits = probe.action_logits(next_logits, tau)
         gold = torch.tensor([probe.actions.index(right_tool(q)) for q in items])
         groups = [str(k // samples) for k in range(len(items))]
         line: dict[str, Any] = {"step": step}
@@ -319,14 +328,18 @@ def main() -> None:
             line.update(reward=round(float(rewards.mean()), 4),
                         groups_without_signal=round(no_signal_groups(rewards, groups) / len(batch), 4))
         else:
-            logprobs = torch.log_softmax(logits, -1)
+            if args.token_action:  # the trainer's action: the token the reply starts with, among every allowed one
+                logprobs = torch.log_softmax(next_logits[:, allowed] / tau, -1)
+            else:
+                logprobs = torch.log_softmax(logits, -1)
             with torch.no_grad():
-                chosen = torch.multinomial(logprobs.exp(), 1)[:, 0]
+                sampled = torch.multinomial(logprobs.exp(), 1)[:, 0]
+                chosen = owner[sampled] if args.token_action else sampled
                 rewards = (chosen == gold).float()
                 advantages = get_advantage(advantage)(  # the trainer's estimator: one row a trajectory
                     rewards=rewards, group_ids=groups, trajectory_ids=[str(k) for k in range(len(items))],
                     row_trajectory=torch.arange(len(items)), eps=config.advantage_eps)
-            loss = -(advantages * logprobs.gather(1, chosen[:, None])[:, 0]).mean()
+            loss = -(advantages * logprobs.gather(1, sampled[:, None])[:, 0]).mean()
             line.update(reward=round(float(rewards.mean()), 4),
                         groups_without_signal=round(no_signal_groups(rewards, groups) / len(batch), 4))
         if args.entropy_coef:
