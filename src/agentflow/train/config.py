@@ -223,7 +223,7 @@ class TrainConfig(_Strict):
         "for python), the probability of the choice itself. A tokenizer can start one tool several ways, so the "
         "token-level update raises one spelling while lowering another: on the mixed task's first tool choice "
         "(tool_choice_probe.py, seed 0) it pulled every question to python in 10 steps, where the tool-level one "
-        "learnt the kinds apart (docs/training.md). "
+        "learnt the kinds apart; the trainer's bandit with tool learnt them in one seed of three (docs/training.md). "
         "tool recomputes the old log-probs in the trainer's forward pass (one pass more with several PPO epochs "
         "or mini-batches and the transformers engine).")
     kl_estimator: Literal["k1", "k2", "k3"] = Field(

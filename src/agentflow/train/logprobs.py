@@ -62,7 +62,7 @@ def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | st
     response_mask = torch.zeros((n, resp_width), dtype=torch.float32)
     old = torch.zeros((n, resp_width), dtype=torch.float32)
     weights = torch.ones((n, resp_width), dtype=torch.float32) if any(
-        getattr(r, "tis_weights", None) is not None for r in rows) else None
+        r.tis_weights is not None for r in rows) else None
     masks = None
     if allowed is not None and any(a is not None for a in allowed):
         if vocab_size is None:
@@ -76,7 +76,7 @@ def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | st
         response[i, resp_width - k:] = torch.tensor(row.response_ids)
         response_mask[i, resp_width - k:] = 1.0
         old[i, resp_width - k:] = torch.tensor(row.old_logprobs)
-        if weights is not None and getattr(row, "tis_weights", None) is not None:
+        if weights is not None and row.tis_weights is not None:
             weights[i, resp_width - k:] = torch.tensor(row.tis_weights)
         if masks is not None and allowed is not None and allowed[i] is not None:
             mask = allowed[i]
@@ -85,7 +85,7 @@ def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | st
             masks[i, resp_width - k:] = mask
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
     action_sets = [(i, resp_width - len(row.response_ids) + row.action, row.action_tokens)
-                   for i, row in enumerate(rows) if getattr(row, "action_tokens", None) and row.action is not None]
+                   for i, row in enumerate(rows) if row.action_tokens and row.action is not None]
     return PackedRows(input_ids.to(device), attention.to(device), position_ids.to(device), response.to(device),
                       response_mask.to(device), old.to(device), None if masks is None else masks.to(device),
                       None if weights is None else weights.to(device), action_sets or None)
