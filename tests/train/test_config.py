@@ -87,3 +87,10 @@ def test_flow_may_be_a_flow_file_beside_the_training_config(tmp_path):
     (tmp_path / "bad.yaml").write_text("flow: missing.yaml\n")
     with pytest.raises(ConfigError, match="flow file not found"):
         TrainConfig.from_yaml(tmp_path / "bad.yaml")
+
+
+def test_the_bonus_on_every_row_needs_a_bonus() -> None:
+    with pytest.raises(ConfigError, match="action_entropy_rows: all widens"):
+        TrainConfig.from_dict({"action_entropy_rows": "all"})
+    config = TrainConfig.from_dict({"action_entropy_rows": "all", "action_entropy_coef": 0.01})
+    assert config.action_entropy_rows == "all"

@@ -302,8 +302,10 @@ def test_a_token_the_trainers_mask_forbids_unmasks_its_row() -> None:
     for row in rows:
         row.allowed = torch.ones((2, engine.model.get_output_embeddings().weight.shape[0]), dtype=torch.bool)
     rows[1].allowed[1, rows[1].response_ids[1]] = False  # the engine's grammar let through what the trainer's did not
+    rows[1].action, rows[1].action_tokens, rows[1].action_choices = 0, [rows[1].response_ids[0]], [[1], [2]]
     assert unmask_disagreeing_rows(rows) == 1
     assert rows[0].allowed is not None and rows[1].allowed is None
+    assert rows[1].action_tokens is None and rows[1].action_choices is None  # both read the mask
     update.engine_rows(rows, temperature=1.0)
     assert all(math.isfinite(v) for row in rows for v in row.old_logprobs)
 

@@ -14,6 +14,7 @@ from agentflow.engines.hf import TransformersEngine
 from agentflow.planner import planner_schema
 from agentflow.train.config import TrainConfig
 from agentflow.train.logprobs import (
+    action_choices,
     action_index,
     action_positions,
     action_tokens,
@@ -352,6 +353,80 @@ def test_a_tool_level_update_takes_its_old_log_probs_from_its_own_pass(merged_en
     assert metrics["clip_fraction"] == 0.0
     for name, delta in want.items():
         assert torch.allclose(after[name].detach() - start[name], delta, atol=1e-6), name
+
+
+def test_action_choices_group_the_allowed_tokens_by_the_tool_they_start() -> None:
+    """Every token allowed at the action is in exactly one group: one per tool (its spellings), and a token
+    that starts two tools alone."""
+    tokenizer = byte_tokenizer(merges=(("p", "y"), ("w", "i")))
+    schema = {**SCHEMA, "properties": {**SCHEMA["properties"], "tool_name": {
+        "type": "string", "enum": ["python", "pandas", "wikipedia_search"]}}}
+    encode, decode = tokenizer.encode, tokenizer.decode
+    allowed = torch.zeros(len(tokenizer), dtype=torch.bool)
+    allowed[encode("p") + encode("py") + encode("w") + encode("wi")] = True
+    groups = action_choices(allowed, schema, decode)
+    assert sorted(sorted(decode([t]) for t in group) for group in groups) == [["p"], ["py"], ["w", "wi"]]
+    assert sorted(t for group in groups for t in group) == allowed.nonzero().flatten().tolist()
+    assert action_choices(allowed, {"type": "object", "properties": {}}, decode) is None
+
+
+def _tool_entropy(logits: torch.Tensor, allowed: torch.Tensor, groups: list[list[int]]) -> float:
+    probs = torch.softmax(logits.masked_fill(~allowed, -torch.inf), -1)
+    totals = torch.stack([probs[group].sum() for group in groups])
+    return float(-(totals * totals.log()).sum())
+
+
+def test_with_the_tool_as_the_action_its_entropy_is_the_tool_choices(merged_engine: TransformersEngine) -> None:
+    """With action_logprob: tool the action's entropy is over the tools (each the total of its spellings),
+    what the exploration bonus and the action_entropy metric read; the token-level entropy, which also counts
+    "p" against "py", is higher."""
+    engine = merged_engine
+    rows = sample_rows(engine, 6)
+    update = updater(engine, action_logprob="tool")
+    packed = replayed(engine, update, rows)
+    for row in rows:
+        assert sorted(sorted(engine.tokenizer.decode([t]) for t in g) for g in row.action_choices) == \
+            [["p", "py"], ["w", "wi"]]
+    with torch.no_grad():
+        logits = engine.model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
+                              position_ids=packed.position_ids).logits[:, -packed.response_ids.shape[1] - 1:-1]
+        action = action_positions(packed, [r.action for r in rows])
+        for chunked in (True, False):
+            _, entropy, _ = response_logprobs(engine.model, packed, with_entropy=True, chunked_head=chunked)
+            for i, row in enumerate(rows):
+                position = int(action[i].nonzero())
+                want = _tool_entropy(logits[i, position], packed.allowed[i, position], row.action_choices)
+                assert float(entropy[i, position]) == pytest.approx(want, abs=1e-5)
+        packed.action_sets = None  # the token-level reading
+        _, per_token, _ = response_logprobs(engine.model, packed, with_entropy=True)
+        assert (per_token[action] > entropy[action] + 1e-3).all()
+
+
+def test_the_bonus_on_every_row_opens_a_choice_no_group_had_signal_on(merged_engine: TransformersEngine) -> None:
+    """A batch whose every group got one reward for all its rollouts trains nothing under the default; with
+    action_entropy_rows: all the bonus alone takes a step, and the tool choice's entropy rises."""
+    engine = merged_engine
+    rows = sample_rows(engine, 8)
+    batch = UpdateBatch(rows=rows, advantages=torch.zeros(8), row_group=["q0"] * 4 + ["q1"] * 4,
+                        trajectories={"q0": 4, "q1": 4})
+    start = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    options = {"learning_rate": 0.01, "action_logprob": "tool", "action_loss_share": 1.0, "action_entropy_coef": 0.5}
+
+    def tool_entropy(update: PolicyUpdater) -> float:
+        packed = replayed(engine, update, rows)
+        with torch.no_grad():
+            _, entropy, _ = response_logprobs(engine.model, packed, with_entropy=True)
+        return float(entropy[action_positions(packed, [r.action for r in rows])].mean())
+
+    signal = updater(engine, **options)
+    assert signal.grpo(batch, temperature=1.0, step=1)["optimizer_steps"] == 0
+    assert all(torch.equal(start[k], v) for k, v in engine.model.state_dict().items())
+    every = updater(engine, action_entropy_rows="all", **options)
+    before = tool_entropy(every)
+    metrics = every.grpo(batch, temperature=1.0, step=1)
+    assert metrics["optimizer_steps"] == 1
+    assert metrics["action_entropy"] == pytest.approx(before, rel=1e-4)
+    assert tool_entropy(every) > before + 1e-3
 
 
 @pytest.mark.slow

@@ -209,8 +209,16 @@ class TrainConfig(_Strict):
         "policy chose freely (under the planner's schema, which tool). Adds -coef x the mean entropy of the "
         "update's actions to the loss: an exploration floor on the choice of tool, where a bonus over all tokens "
         "would also reward noise in the free sub-goal text. 0: none, as the paper. Acts on the rows the update "
-        "trains (rows with a nonzero advantage: under the group estimators, groups with signal; all with kl_coef > 0). "
-        "The metric action_entropy is logged either way.")
+        "trains (rows with a nonzero advantage: under the group estimators, groups with signal; all with kl_coef > 0 "
+        "or action_entropy_rows: all). With action_logprob: tool the entropy is that of the choice of tool (each "
+        "tool's probability the total of the tokens that start it), else of the action token. The metric "
+        "action_entropy is logged either way.")
+    action_entropy_rows: Literal["signal", "all"] = Field(
+        "signal", description="Rows the action entropy bonus acts on. signal: those the update trains anyway (groups "
+        "with signal). all: every row with an action, rows of groups without signal too (they join the update "
+        "with advantage 0, so the bonus alone moves them; more rows in the forward and backward passes). A "
+        "question whose every rollout chose the same wrong tool gives its group no signal, so under `signal` "
+        "nothing holds its choice open, and a preference learnt on other questions can close it for good.")
     action_loss_share: float | None = Field(
         None, ge=0.0, le=1.0, description="Share of each reply's weight in the policy loss that its action token "
         "(the tool it named) carries; the rest is spread evenly over the reply's other free tokens (the sub-goal "
@@ -282,6 +290,9 @@ class TrainConfig(_Strict):
         if self.planner_prefix and self.flow.planner_tool_last:
             raise ValueError("planner_prefix starts the planner's reply with its tool, but flow.planner_tool_last "
                              "asks for the tool last: set one of them")
+        if self.action_entropy_rows == "all" and self.action_entropy_coef == 0:
+            raise ValueError("action_entropy_rows: all widens the action entropy bonus to every row, but "
+                             "action_entropy_coef is 0 (no bonus): set a coefficient, or leave the rows at 'signal'")
         if self.algorithm == "sft" and self.teacher is None:
             raise ValueError("algorithm 'sft' needs a `teacher` engine")
         from agentflow.train.advantages import ADVANTAGE_ESTIMATORS

@@ -40,9 +40,11 @@ class PackedRows:
     """(N, R, V) booleans: the tokens each response token could have been drawn from; None: all."""
     token_weights: torch.Tensor | None = None
     """(N, R) importance weights of each response token's policy gradient (TIS); None: all 1."""
-    action_sets: list[tuple[int, int, list[int]]] | None = None
-    """(row, response position, tokens): positions whose log-prob is the total of those tokens' probabilities,
-    not the drawn token's (rows with `TurnRow.action_tokens`); None: none."""
+    action_sets: list[tuple[int, int, list[int] | None, list[list[int]] | None]] | None = None
+    """(row, response position, tokens, choices) of rows with `TurnRow.action_tokens` or `.action_choices`: the
+    position's log-prob is the total of `tokens`' probabilities, not the drawn token's (None: the drawn
+    token's), and its entropy that of the distribution over `choices` (None: over the tokens); None: no such
+    row."""
 
     @property
     def tokens(self) -> int:
@@ -84,8 +86,9 @@ def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | st
                 raise ValueError(f"row {i}: allowed-token mask {tuple(mask.shape)} != ({k}, {vocab_size})")
             masks[i, resp_width - k:] = mask
     position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
-    action_sets = [(i, resp_width - len(row.response_ids) + row.action, row.action_tokens)
-                   for i, row in enumerate(rows) if row.action_tokens and row.action is not None]
+    action_sets = [(i, resp_width - len(row.response_ids) + row.action, row.action_tokens, row.action_choices)
+                   for i, row in enumerate(rows)
+                   if (row.action_tokens or row.action_choices) and row.action is not None and row.action >= 0]
     return PackedRows(input_ids.to(device), attention.to(device), position_ids.to(device), response.to(device),
                       response_mask.to(device), old.to(device), None if masks is None else masks.to(device),
                       None if weights is None else weights.to(device), action_sets or None)
@@ -93,12 +96,12 @@ def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | st
 
 def _token_logprobs(head: torch.nn.Module, hidden: torch.Tensor, ids: torch.Tensor, allowed: torch.Tensor | None,
                     temperature: float, entropy_grad: bool = False,
-                    action_sets: Sequence[tuple[int, int, list[int]]] | None = None,
+                    action_sets: Sequence[tuple[int, int, list[int] | None, list[list[int]] | None]] | None = None,
                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Log-prob of `ids` and entropy (with gradient only if `entropy_grad`) of the (masked, tempered)
     distribution at each position, and the raw log-prob of `ids` (temperature 1, no mask; no grad), what
     another engine reports. `action_sets` (`PackedRows.action_sets`, rows of this chunk): those positions' log-prob
-    is that of their tokens together."""
+    is that of their tokens together, their entropy that of the choice among their token groups."""
     logits = head(hidden).float()
     with torch.no_grad():
         raw = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - torch.logsumexp(logits, dim=-1)
@@ -109,19 +112,37 @@ def _token_logprobs(head: torch.nn.Module, hidden: torch.Tensor, ids: torch.Tens
     # token logit - logsumexp: autograd keeps no (rows, tokens, vocab) log-softmax tensor for backward
     log_norm = torch.logsumexp(logits, dim=-1)
     logprobs = logits.gather(-1, ids.unsqueeze(-1)).squeeze(-1) - log_norm
-    if action_sets:
-        rows = torch.tensor([row for row, _, _ in action_sets], device=logits.device)
-        positions = torch.tensor([position for _, position, _ in action_sets], device=logits.device)
-        totals = torch.stack([torch.logsumexp(logits[row, position, tokens], dim=-1)
-                              for row, position, tokens in action_sets])
-        logprobs = logprobs.index_put((rows, positions), totals - log_norm[rows, positions])
+    totals = [(row, position, tokens) for row, position, tokens, _ in action_sets or [] if tokens]
+    if totals:
+        rows, positions = _index(totals, logits.device)
+        chosen = torch.stack([torch.logsumexp(logits[row, position, tokens], dim=-1)
+                              for row, position, tokens in totals])
+        logprobs = logprobs.index_put((rows, positions), chosen - log_norm[rows, positions])
     with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
         probs = torch.softmax(logits, dim=-1)
         # masked logits are -inf where their probability is 0: their term is 0 (a finite stand-in keeps the
         # product's gradient finite)
         weighted = probs * logits.masked_fill(probs == 0, 0.0)
         entropy = log_norm - weighted.sum(-1)
+        grouped = [(row, position, choices) for row, position, _, choices in action_sets or [] if choices]
+        if grouped:
+            rows, positions = _index(grouped, logits.device)
+            entropy = entropy.index_put((rows, positions), torch.stack([
+                _choice_entropy(logits[row, position], choices) for row, position, choices in grouped]))
     return logprobs, entropy, raw
+
+
+def _index(entries: Sequence[tuple[Any, ...]], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (rows, positions) index tensors of `entries` (row, position, ...)."""
+    return (torch.tensor([entry[0] for entry in entries], device=device),
+            torch.tensor([entry[1] for entry in entries], device=device))
+
+
+def _choice_entropy(logits: torch.Tensor, choices: list[list[int]]) -> torch.Tensor:
+    """Entropy of the choice among `choices` (groups of token ids that together hold every token with
+    probability > 0) under the (V,) `logits`: each group's probability is the total of its tokens'."""
+    log_p = torch.log_softmax(torch.stack([torch.logsumexp(logits[tokens], dim=-1) for tokens in choices]), dim=-1)
+    return -(log_p.exp() * log_p).sum()
 
 
 def plain_lm_head(model: torch.nn.Module) -> bool:
@@ -173,8 +194,7 @@ def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature
     for start in range(0, hidden.shape[0], rows_per_chunk):
         stop = start + rows_per_chunk
         allowed = None if packed.allowed is None else packed.allowed[start:stop]
-        sets = [(row - start, position, tokens) for row, position, tokens in packed.action_sets or []
-                if start <= row < stop]
+        sets = [(row - start, *rest) for row, *rest in packed.action_sets or [] if start <= row < stop]
         args: tuple[Any, ...] = (head, hidden[start:stop], packed.response_ids[start:stop], allowed, temperature,
                                  entropy_grad, sets)
         if torch.is_grad_enabled() and hidden.requires_grad:
@@ -276,9 +296,32 @@ def action_tokens(response_ids: Sequence[int], action: int, allowed: torch.Tenso
     if chosen is None:
         return None
 
-    def begins_only_chosen(token: int) -> bool:
-        piece = decode([token])
-        return bool(piece) and [v for v in values if v.startswith(piece) or piece.startswith(v + '"')] == [chosen]
-
-    tokens = [t for t in allowed.nonzero().flatten().tolist() if begins_only_chosen(t)]
+    tokens = [t for t in allowed.nonzero().flatten().tolist() if _values_begun(decode([t]), values) == [chosen]]
     return tokens if response_ids[action] in tokens else None
+
+
+def action_choices(allowed: torch.Tensor, schema: dict[str, Any] | None,
+                   decode: Callable[[list[int]], str]) -> list[list[int]] | None:
+    """The tokens `allowed` at an action (the (vocab,) mask at `action_index`) grouped by the choice each one
+    makes: for each value of the schema's enum, the tokens that begin it and no other (`action_tokens`' sets),
+    and every other allowed token (one that begins several values) as a group of its own. The entropy over the
+    groups is that of the choice of tool (`action_logprob: tool`), where the entropy over the tokens also
+    counts a tool's several spellings. None when the schema has no enum-valued property."""
+    found = _action_property(schema)
+    if found is None:
+        return None
+    values = [str(v) for v in found[1]]
+    groups: dict[str, list[int]] = {}
+    alone: list[list[int]] = []
+    for token in allowed.nonzero().flatten().tolist():
+        begun = _values_begun(decode([token]), values)
+        if len(begun) == 1:
+            groups.setdefault(begun[0], []).append(token)
+        else:
+            alone.append([token])
+    return list(groups.values()) + alone
+
+
+def _values_begun(piece: str, values: list[str]) -> list[str]:
+    """The enum values (of a JSON string) that a reply whose value starts with `piece` can still be."""
+    return [v for v in values if piece and (v.startswith(piece) or piece.startswith(v + '"'))]

@@ -65,6 +65,9 @@ class TurnRow:
     action_tokens: list[int] | None = None
     """With `action_logprob: tool`: the tokens the schema allowed at `action` that start the same tool as the one
     drawn (`logprobs.action_tokens`); the action's log-prob is then their total's. None: the drawn token's."""
+    action_choices: list[list[int]] | None = None
+    """With `action_logprob: tool`: every token the schema allowed at `action`, grouped by the tool each starts
+    (`logprobs.action_choices`); the action's entropy is then the tool choice's. None: over the tokens."""
 
 
 @dataclass

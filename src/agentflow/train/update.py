@@ -29,6 +29,7 @@ import torch
 
 from agentflow.train.config import TrainConfig
 from agentflow.train.logprobs import (
+    action_choices,
     action_index,
     action_positions,
     action_tokens,
@@ -114,7 +115,7 @@ class PolicyUpdater:
     def replay_masks(self, rows: list[TurnRow]) -> None:
         """Rebuild each constrained row's token masks (what the rollout could draw from) from its schema, and
         find its action (`TurnRow.action`) and, with `action_logprob: tool`, the tokens that start the same tool
-        (`TurnRow.action_tokens`)."""
+        (`TurnRow.action_tokens`) and those that start each tool (`TurnRow.action_choices`)."""
         decode = self.policy.tokenizer.decode
         for row in rows:
             if row.schema is not None and row.allowed is None:
@@ -123,6 +124,7 @@ class PolicyUpdater:
                 if self.config.action_logprob == "tool" and row.action is not None and row.action >= 0:
                     row.action_tokens = action_tokens(row.response_ids, row.action, row.allowed[row.action],
                                                       row.schema, decode)
+                    row.action_choices = action_choices(row.allowed[row.action], row.schema, decode)
 
     def ref_logprobs(self, rows: list[TurnRow], temperature: float) -> list[torch.Tensor]:
         """Log-probs of every row's response tokens under the frozen reference (LoRA: adapter disabled), once
@@ -200,8 +202,9 @@ class PolicyUpdater:
                 weights = row_weights(cfg.loss_aggregation, response_lengths=lengths, row_trajectory=trajectory,
                                       row_group_size=group_size, groups=len(chunk))
                 advantages = batch.advantages[indices]
-                keep = list(range(len(indices))) if cfg.kl_coef > 0 else \
-                    (advantages != 0).nonzero().flatten().tolist()  # zero advantage, no KL: zero gradient
+                every_row = cfg.kl_coef > 0 or (cfg.action_entropy_coef > 0 and cfg.action_entropy_rows == "all")
+                keep = list(range(len(indices))) if every_row else \
+                    (advantages != 0).nonzero().flatten().tolist()  # zero advantage, no KL, no bonus: no gradient
                 if not keep:
                     continue
                 result = self._optimizer_step(
@@ -335,7 +338,7 @@ def unmask_disagreeing_rows(rows: list[TurnRow]) -> int:
         if row.allowed is not None and not bool(
                 row.allowed[torch.arange(len(row.response_ids)), torch.tensor(row.response_ids)].all()):
             row.allowed = None
-            row.action_tokens = None  # token by token, as the rest of the row
+            row.action_tokens = row.action_choices = None  # token by token, as the rest of the row
             count += 1
     return count
 

@@ -72,6 +72,7 @@ FIELD_ROUTES: dict[str, str] = {
     "clip_high": "actor_rollout_ref.actor.clip_ratio_high",
     "kl_coef": "actor_rollout_ref.actor.use_kl_loss (coef > 0) and kl_loss_coef",
     "action_entropy_coef": "refused when > 0: verl's entropy_coeff weighs every token's entropy, not the action's",
+    "action_entropy_rows": "with action_entropy_coef, which verl refuses: only the default (signal) is accepted",
     "action_loss_share": "refused when set: verl's policy loss weighs a response's tokens alike (loss_agg_mode)",
     "action_logprob": "refused unless token: verl's actor takes every response token's own log-prob",
     "kl_estimator": "actor_rollout_ref.actor.kl_loss_type (k1, k2, k3; verl clamps k3 to [-10, 10])",
