@@ -94,3 +94,8 @@ def test_the_bonus_on_every_row_needs_a_bonus() -> None:
         TrainConfig.from_dict({"action_entropy_rows": "all"})
     config = TrainConfig.from_dict({"action_entropy_rows": "all", "action_entropy_coef": 0.01})
     assert config.action_entropy_rows == "all"
+    # an adaptive weight may start at 0 and rise
+    config = TrainConfig.from_dict({"action_entropy_rows": "all", "action_entropy_target": 0.6})
+    assert config.action_entropy_coef == 0 and config.action_entropy_coef_step == 0.01
+    with pytest.raises(ConfigError, match="action_entropy_target"):
+        TrainConfig.from_dict({"action_entropy_target": -0.1})

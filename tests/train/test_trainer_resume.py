@@ -94,6 +94,26 @@ def test_a_resumed_run_draws_what_the_uninterrupted_run_drew(tmp_path: Path) -> 
     assert drawn(tmp_path / "cut", 3) == drawn(whole, 3)
 
 
+def test_a_resumed_run_goes_on_with_the_adapted_entropy_weight(tmp_path: Path) -> None:
+    """action_entropy_target: the weight each update used is logged, it moves one step a step (here up: the
+    target is above any entropy), and a resumed run continues from the checkpoint's weight, not the config's."""
+
+    def adaptive(run: str, steps: int) -> TrainConfig:
+        return config(tmp_path, run, steps).model_copy(update={
+            "action_entropy_coef": 0.1, "action_entropy_target": 10.0, "action_entropy_coef_step": 0.02,
+            "action_entropy_rows": "all"})
+
+    def weights(run: str) -> list[float]:
+        rows = [json.loads(line) for line in (tmp_path / run / "metrics.jsonl").read_text().splitlines()]
+        return [round(row["action_entropy_coef"], 6) for row in rows if "action_entropy_coef" in row]
+
+    Trainer(adaptive("whole", 3), engines={"policy": policy(), "helper": helper()}).run()
+    assert weights("whole") == [0.1, 0.12, 0.14]
+    Trainer(adaptive("cut", 2), engines={"policy": policy(), "helper": helper()}).run()
+    Trainer(adaptive("cut", 3), engines={"policy": policy(), "helper": helper()}).run(resume=True)
+    assert weights("cut") == weights("whole")
+
+
 def test_a_run_resumed_after_its_last_step_evaluates_it_once(tmp_path: Path) -> None:
     """Killed during its final evaluation (the last checkpoint is at max_steps, no evaluation file): --resume
     evaluates; resumed again, it does not evaluate twice. The same evaluates a checkpoint with --max-steps N."""

@@ -429,6 +429,30 @@ def test_the_bonus_on_every_row_opens_a_choice_no_group_had_signal_on(merged_eng
     assert tool_entropy(every) > before + 1e-3
 
 
+def test_the_adaptive_bonus_weight_rises_under_its_target_and_falls_over_it(merged_engine: TransformersEngine) -> None:
+    """action_entropy_target: each update measures the action's entropy with the weight it has, then moves the
+    weight one step towards holding that entropy at the target; never below 0; no actions measured, no move."""
+    engine = merged_engine
+    rows = sample_rows(engine, 8)
+    batch = UpdateBatch(rows=rows, advantages=torch.zeros(8), row_group=["q0"] * 4 + ["q1"] * 4,
+                        trajectories={"q0": 4, "q1": 4})
+    options = {"learning_rate": 1e-4, "action_logprob": "tool", "action_loss_share": 1.0,
+               "action_entropy_rows": "all", "action_entropy_coef_step": 0.05}
+    under = updater(engine, action_entropy_coef=0.1, action_entropy_target=5.0, **options)  # above ln 3
+    first = under.grpo(batch, temperature=1.0, step=1)
+    assert first["action_entropy"] < 5.0 and first["action_entropy_coef"] == pytest.approx(0.1)
+    assert under.grpo(batch, temperature=1.0, step=2)["action_entropy_coef"] == pytest.approx(0.15)
+    assert under.entropy_coef == pytest.approx(0.2)
+    over = updater(engine, action_entropy_coef=0.06, action_entropy_target=0.0, **options)
+    over.grpo(batch, temperature=1.0, step=1)
+    assert over.entropy_coef == pytest.approx(0.01)
+    metrics = over.grpo(batch, temperature=1.0, step=2)
+    assert metrics["action_entropy_coef"] == pytest.approx(0.01) and over.entropy_coef == 0.0
+    # at weight 0 the silent groups leave the update: nothing is measured, so the weight stays
+    metrics = over.grpo(batch, temperature=1.0, step=3)
+    assert metrics["optimizer_steps"] == 0 and "action_entropy" not in metrics and over.entropy_coef == 0.0
+
+
 @pytest.mark.slow
 def test_the_bundled_tokenizer_starts_each_tool_several_ways() -> None:
     """Why the tool-level log-prob exists: the bundled planner's reply can start python with "p", "py" or

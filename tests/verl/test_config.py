@@ -153,6 +153,7 @@ REFUSED: list[tuple[dict[str, Any], str]] = [
     ({"lr_schedule": "linear"}, "linear"),
     ({"data": {"stratify_field": "kind"}}, "stratify_field"),
     ({"action_entropy_coef": 0.01}, "action_entropy_coef"),
+    ({"action_entropy_target": 0.0}, "action_entropy_target"),
     ({"action_loss_share": 0.5}, "action_loss_share"),
     ({"action_logprob": "tool"}, "action_logprob"),
     ({"advantage": "batch_trajectory"}, "no verl mapping"),

@@ -219,6 +219,18 @@ class TrainConfig(_Strict):
         "with advantage 0, so the bonus alone moves them; more rows in the forward and backward passes). A "
         "question whose every rollout chose the same wrong tool gives its group no signal, so under `signal` "
         "nothing holds its choice open, and a preference learnt on other questions can close it for good.")
+    action_entropy_target: float | None = Field(
+        None, ge=0.0, description="Adapt the action entropy bonus's weight to hold the action's entropy near this "
+        "value (nats; with action_logprob: tool at most ln of the number of tools): after each update whose rows "
+        "had actions, the weight rises by action_entropy_coef_step when the measured action_entropy was under the "
+        "target and falls by it (not below 0) when over; it starts at action_entropy_coef and is saved in each "
+        "checkpoint. Skywork-OR1's adaptive entropy control, here on the action alone. A fixed weight only slows a "
+        "drift of every question to one tool; this one pushes harder the further the drift goes. A policy that is "
+        "right is nearly certain of its tool, so the target is a floor under the spread, well below uniform. "
+        "None: the weight stays action_entropy_coef.")
+    action_entropy_coef_step: float = Field(
+        0.01, gt=0.0, description="The step of the adaptive action entropy weight (action_entropy_target), per "
+        "update.")
     action_loss_share: float | None = Field(
         None, ge=0.0, le=1.0, description="Share of each reply's weight in the policy loss that its action token "
         "(the tool it named) carries; the rest is spread evenly over the reply's other free tokens (the sub-goal "
@@ -290,9 +302,10 @@ class TrainConfig(_Strict):
         if self.planner_prefix and self.flow.planner_tool_last:
             raise ValueError("planner_prefix starts the planner's reply with its tool, but flow.planner_tool_last "
                              "asks for the tool last: set one of them")
-        if self.action_entropy_rows == "all" and self.action_entropy_coef == 0:
+        if self.action_entropy_rows == "all" and self.action_entropy_coef == 0 and self.action_entropy_target is None:
             raise ValueError("action_entropy_rows: all widens the action entropy bonus to every row, but "
-                             "action_entropy_coef is 0 (no bonus): set a coefficient, or leave the rows at 'signal'")
+                             "action_entropy_coef is 0 (no bonus): set a coefficient or an action_entropy_target, "
+                             "or leave the rows at 'signal'")
         if self.algorithm == "sft" and self.teacher is None:
             raise ValueError("algorithm 'sft' needs a `teacher` engine")
         from agentflow.train.advantages import ADVANTAGE_ESTIMATORS

@@ -290,6 +290,8 @@ class Trainer:
             (self.rollout_policy or self.policy).load_sampling_state(state["policy_sampling"])
         assert self.sampler is not None
         self.sampler.position = int(state["data_position"])
+        for role, coef in state.get("action_entropy_coef", {}).items():  # adapted towards action_entropy_target
+            self.updaters[role].entropy_coef = float(coef)
         log.info("resumed from %s (step %d, data position %d)", checkpoints[-1], self.step, self.sampler.position)
 
     # -- one step -----------------------------------------------------------------------------------

@@ -98,6 +98,8 @@ class PolicyUpdater:
         self.pad_id = pad_id
         self.ref_model = ref_model
         self.chunked_head = chunked_head
+        self.entropy_coef = config.action_entropy_coef  # the action entropy bonus's weight; adapted per update
+        # towards action_entropy_target when one is set (then saved in checkpoints)
         self.device = next(model.parameters()).device
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
 
@@ -202,7 +204,7 @@ class PolicyUpdater:
                 weights = row_weights(cfg.loss_aggregation, response_lengths=lengths, row_trajectory=trajectory,
                                       row_group_size=group_size, groups=len(chunk))
                 advantages = batch.advantages[indices]
-                every_row = cfg.kl_coef > 0 or (cfg.action_entropy_coef > 0 and cfg.action_entropy_rows == "all")
+                every_row = cfg.kl_coef > 0 or (self.entropy_coef > 0 and cfg.action_entropy_rows == "all")
                 keep = list(range(len(indices))) if every_row else \
                     (advantages != 0).nonzero().flatten().tolist()  # zero advantage, no KL, no bonus: no gradient
                 if not keep:
@@ -223,6 +225,11 @@ class PolicyUpdater:
         action_entropy, actions = sums.pop("action_entropy_sum", 0.0), sums.pop("actions", 0.0)
         if actions:
             metrics["action_entropy"] = action_entropy / actions
+        if cfg.action_entropy_target is not None:
+            metrics["action_entropy_coef"] = self.entropy_coef  # the weight this update used
+            if actions:
+                below = metrics["action_entropy"] < cfg.action_entropy_target
+                self.entropy_coef = max(0.0, self.entropy_coef + (1 if below else -1) * cfg.action_entropy_coef_step)
         clip_last, tokens_last = sums.pop("clip_last_epoch", 0.0), sums.pop("tokens_last_epoch", 0.0)
         metrics.update({k: v / tokens for k, v in sums.items()})
         if tokens_last:
@@ -245,7 +252,7 @@ class PolicyUpdater:
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss_total, clipped, tokens = 0.0, 0.0, 0.0
-        bonus = cfg.action_entropy_coef
+        bonus = self.entropy_coef
         actions = sum(_has_action(row) for row in rows) if bonus > 0 else 0  # the bonus's normaliser
         for indices in self._micro_batches(rows):
             packed = self._pack([rows[i] for i in indices])

@@ -73,6 +73,8 @@ FIELD_ROUTES: dict[str, str] = {
     "kl_coef": "actor_rollout_ref.actor.use_kl_loss (coef > 0) and kl_loss_coef",
     "action_entropy_coef": "refused when > 0: verl's entropy_coeff weighs every token's entropy, not the action's",
     "action_entropy_rows": "with action_entropy_coef, which verl refuses: only the default (signal) is accepted",
+    "action_entropy_target": "adapts action_entropy_coef, which verl refuses: only the default (none) is accepted",
+    "action_entropy_coef_step": "the step of action_entropy_target's adaptation, which verl refuses",
     "action_loss_share": "refused when set: verl's policy loss weighs a response's tokens alike (loss_agg_mode)",
     "action_logprob": "refused unless token: verl's actor takes every response token's own log-prob",
     "kl_estimator": "actor_rollout_ref.actor.kl_loss_type (k1, k2, k3; verl clamps k3 to [-10, 10])",
@@ -180,9 +182,11 @@ class VerlTrainConfig(TrainConfig):
                      "export_gguf", "planner_prefix", "rollout_engine"):
             if _changed(self, name):
                 raise _refuse(f"`{name}` has no verl equivalent ({FIELD_ROUTES[name]}); remove it")
-        if self.action_entropy_coef > 0:
-            raise _refuse(f"action_entropy_coef: {FIELD_ROUTES['action_entropy_coef']}; remove it, or train with "
-                          "`agentflow train` (local backend)")
+        for name, used in (("action_entropy_coef", self.action_entropy_coef > 0),
+                           ("action_entropy_target", self.action_entropy_target is not None)):
+            if used:
+                raise _refuse(f"{name}: {FIELD_ROUTES[name]}; remove it, or train with `agentflow train` (local "
+                              "backend)")
         if self.action_loss_share is not None:
             raise _refuse(f"action_loss_share: {FIELD_ROUTES['action_loss_share']}; remove it, or train with "
                           "`agentflow train` (local backend)")
