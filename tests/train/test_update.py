@@ -429,9 +429,11 @@ def test_the_bonus_on_every_row_opens_a_choice_no_group_had_signal_on(merged_eng
     assert tool_entropy(every) > before + 1e-3
 
 
-def test_the_adaptive_bonus_weight_rises_under_its_target_and_falls_over_it(merged_engine: TransformersEngine) -> None:
+def test_the_adaptive_bonus_weight_rises_under_its_target_and_falls_back_over_it(
+        merged_engine: TransformersEngine) -> None:
     """action_entropy_target: each update measures the action's entropy with the weight it has, then moves the
-    weight one step towards holding that entropy at the target; never below 0; no actions measured, no move."""
+    weight one step towards holding that entropy at the target, never below action_entropy_coef; no actions
+    measured, no move."""
     engine = merged_engine
     rows = sample_rows(engine, 8)
     batch = UpdateBatch(rows=rows, advantages=torch.zeros(8), row_group=["q0"] * 4 + ["q1"] * 4,
@@ -443,7 +445,11 @@ def test_the_adaptive_bonus_weight_rises_under_its_target_and_falls_over_it(merg
     assert first["action_entropy"] < 5.0 and first["action_entropy_coef"] == pytest.approx(0.1)
     assert under.grpo(batch, temperature=1.0, step=2)["action_entropy_coef"] == pytest.approx(0.15)
     assert under.entropy_coef == pytest.approx(0.2)
-    over = updater(engine, action_entropy_coef=0.06, action_entropy_target=0.0, **options)
+    held = updater(engine, action_entropy_coef=0.1, action_entropy_target=0.0, **options)
+    held.grpo(batch, temperature=1.0, step=1)
+    assert held.entropy_coef == pytest.approx(0.1)  # over the target at its start: it stays there
+    over = updater(engine, action_entropy_target=0.0, **options)
+    over.entropy_coef = 0.06  # as if raised by earlier steps
     over.grpo(batch, temperature=1.0, step=1)
     assert over.entropy_coef == pytest.approx(0.01)
     metrics = over.grpo(batch, temperature=1.0, step=2)

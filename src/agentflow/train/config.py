@@ -220,12 +220,12 @@ class TrainConfig(_Strict):
         "question whose every rollout chose the same wrong tool gives its group no signal, so under `signal` "
         "nothing holds its choice open, and a preference learnt on other questions can close it for good.")
     action_entropy_target: float | None = Field(
-        None, ge=0.0, description="Adapt the action entropy bonus's weight to hold the action's entropy near this "
+        None, ge=0.0, description="Raise the action entropy bonus's weight while the action's entropy is under this "
         "value (nats; with action_logprob: tool at most ln of the number of tools): after each update whose rows "
         "had actions, the weight rises by action_entropy_coef_step when the measured action_entropy was under the "
-        "target and falls by it (not below 0) when over; it starts at action_entropy_coef and is saved in each "
+        "target and falls back by it when over, never below action_entropy_coef (its start); it is saved in each "
         "checkpoint. Skywork-OR1's adaptive entropy control, here on the action alone. A fixed weight only slows a "
-        "drift of every question to one tool; this one pushes harder the further the drift goes. A policy that is "
+        "drift of every question to one tool; this one pushes harder the longer the drift lasts. A policy that is "
         "right is nearly certain of its tool, so the target is a floor under the spread, well below uniform. "
         "None: the weight stays action_entropy_coef.")
     action_entropy_coef_step: float = Field(

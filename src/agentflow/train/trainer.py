@@ -475,7 +475,8 @@ class Trainer:
         save_checkpoint(self.out_dir / "checkpoints", step=self.step, model=self.model, optimizer=self.optimizer,
                         scheduler=self.scheduler, keep=self.config.keep_checkpoints,
                         state={"data_position": self.sampler.position, "algorithm": self.config.algorithm,
-                               "train_roles": self.config.train_roles},
+                               "train_roles": self.config.train_roles,
+                               "action_entropy_coef": {role: u.entropy_coef for role, u in self.updaters.items()}},
                         sampling_state=(self.rollout_policy or self.policy).sampling_state(),
                         trainable=self.trainable_names, roles=self._other_roles())
 

@@ -229,7 +229,8 @@ class PolicyUpdater:
             metrics["action_entropy_coef"] = self.entropy_coef  # the weight this update used
             if actions:
                 below = metrics["action_entropy"] < cfg.action_entropy_target
-                self.entropy_coef = max(0.0, self.entropy_coef + (1 if below else -1) * cfg.action_entropy_coef_step)
+                self.entropy_coef = max(cfg.action_entropy_coef,
+                                        self.entropy_coef + (1 if below else -1) * cfg.action_entropy_coef_step)
         clip_last, tokens_last = sums.pop("clip_last_epoch", 0.0), sums.pop("tokens_last_epoch", 0.0)
         metrics.update({k: v / tokens for k, v in sums.items()})
         if tokens_last:
