@@ -98,8 +98,7 @@ class PolicyUpdater:
         self.pad_id = pad_id
         self.ref_model = ref_model
         self.chunked_head = chunked_head
-        self.entropy_coef = config.action_entropy_coef  # the action entropy bonus's weight; adapted per update
-        # towards action_entropy_target when one is set (then saved in checkpoints)
+        self.entropy_coef = config.action_entropy_coef  # the bonus's weight (adapted under action_entropy_target)
         self.device = next(model.parameters()).device
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
 
