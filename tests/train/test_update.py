@@ -4,6 +4,8 @@ sample has ratio 1), several updates per batch (the clip acts on the later ones)
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
+from dataclasses import replace
 
 import pytest
 import torch
@@ -23,7 +25,7 @@ from agentflow.train.logprobs import (
     response_logprobs,
 )
 from agentflow.train.rollout import TurnRow
-from agentflow.train.update import PolicyUpdater, UpdateBatch, mini_batch_groups
+from agentflow.train.update import PolicyUpdater, UpdateBatch, bonus_probes, mini_batch_groups
 from tests.engines.test_constrained import SCHEMA, byte_tokenizer
 from tests.engines.test_hf import ask, tiny_model
 
@@ -43,11 +45,13 @@ TOOL_LAST = {**SCHEMA, "properties": {"sub_goal": SCHEMA["properties"]["sub_goal
 
 
 def sample_rows(engine: TransformersEngine, n: int, *, temperature: float = 1.0,
-                schema: dict = SCHEMA, max_tokens: int = 40) -> list[TurnRow]:
+                schema: dict = SCHEMA, max_tokens: int = 40, questions: list[str] | None = None) -> list[TurnRow]:
+    """`n` replies, one to each of `questions` (default: n different ones)."""
+    questions = questions or [f"question {i}" for i in range(n)]
+
     async def run():
         sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens)
-        return await asyncio.gather(*(engine.generate(ask(f"question {i}"), sampling, json_schema=schema)
-                                      for i in range(n)))
+        return await asyncio.gather(*(engine.generate(ask(q), sampling, json_schema=schema) for q in questions))
 
     replies = asyncio.run(run())
     return [TurnRow(i, r.prompt_token_ids, r.token_ids, r.logprobs, schema=schema) for i, r in enumerate(replies)]
@@ -427,6 +431,42 @@ def test_the_bonus_on_every_row_opens_a_choice_no_group_had_signal_on(merged_eng
     assert metrics["optimizer_steps"] == 1
     assert metrics["action_entropy"] == pytest.approx(before, rel=1e-4)
     assert tool_entropy(every) > before + 1e-3
+
+
+def test_rows_the_bonus_alone_trains_are_cut_after_their_action_and_shared_openings_computed_once(
+        merged_engine: TransformersEngine) -> None:
+    """action_entropy_rows: all. A group without signal adds its rows to the update for the bonus alone, which
+    reads the logits at the action: each row is cut after its action, and a group's rows that share the prompt
+    and the forced opening before the tool are one probe, counted as many times. The step is the one the whole
+    rows give, and so is the measured entropy."""
+    engine = merged_engine
+    rows = sample_rows(engine, 12, questions=["q0"] * 4 + ["q1"] * 4 + [f"q2 {i}" for i in range(4)])
+    batch = UpdateBatch(rows=rows, advantages=torch.tensor([1.0, -1.0, 1.0, -1.0] + [0.0] * 8),
+                        row_group=["q0"] * 4 + ["q1"] * 4 + ["q2"] * 4, trajectories={"q0": 4, "q1": 4, "q2": 4})
+    options = {"learning_rate": 0.01, "action_logprob": "tool", "action_loss_share": 1.0,
+               "action_entropy_coef": 0.5, "action_entropy_rows": "all"}
+    update = updater(engine, **options)
+    update.replay_masks(rows)
+    probes = bonus_probes(rows[4:])
+    openings = Counter((tuple(r.prompt_ids), tuple(r.response_ids[:r.action + 1])) for r in rows[4:])
+    assert sorted(p.count for p in probes) == sorted(openings.values())
+    assert max(openings.values()) > 1  # some of q1's replies open alike (q2's prompts differ)
+    for probe in probes:
+        assert len(probe.row.response_ids) == probe.row.allowed.shape[0] == probe.row.action + 1
+    start = {k: v.clone() for k, v in engine.model.state_dict().items()}
+
+    def step(advantages: torch.Tensor) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        engine.model.load_state_dict(start)
+        metrics = updater(engine, **options).grpo(replace(batch, advantages=advantages), temperature=1.0, step=1)
+        return {k: v - start[k] for k, v in engine.model.state_dict().items()}, metrics
+
+    probed, probed_metrics = step(batch.advantages)
+    # the same rows whole, as rows the policy gradient trains: a negligible advantage sends them down that path
+    whole, whole_metrics = step(torch.where(batch.advantages == 0, 1e-30, batch.advantages))
+    assert any(v.abs().max() > 1e-4 for v in whole.values())
+    for name, delta in whole.items():
+        assert torch.allclose(probed[name], delta, atol=1e-6), name
+    assert probed_metrics["action_entropy"] == pytest.approx(whole_metrics["action_entropy"], rel=1e-5)
 
 
 def test_the_adaptive_bonus_weight_rises_under_its_target_and_falls_back_over_it(

@@ -216,7 +216,8 @@ class TrainConfig(_Strict):
     action_entropy_rows: Literal["signal", "all"] = Field(
         "signal", description="Rows the action entropy bonus acts on. signal: those the update trains anyway (groups "
         "with signal). all: every row with an action, rows of groups without signal too (they join the update "
-        "with advantage 0, so the bonus alone moves them; more rows in the forward and backward passes). A "
+        "with advantage 0, so the bonus alone moves them; each is cut after its action, and rows alike up to "
+        "there are computed once). A "
         "question whose every rollout chose the same wrong tool gives its group no signal, so under `signal` "
         "nothing holds its choice open, and a preference learnt on other questions can close it for good.")
     action_entropy_target: float | None = Field(

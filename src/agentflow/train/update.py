@@ -22,7 +22,7 @@ import math
 import random
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -71,6 +71,42 @@ def _has_action(row: TurnRow) -> bool:
     if row.allowed is None:
         return bool(row.response_ids)
     return bool((row.allowed.sum(-1) > 1).any())
+
+
+@dataclass
+class BonusProbe:
+    """Rows whose only loss term is the action entropy bonus (advantage 0, no KL), as one row to compute."""
+
+    row: TurnRow
+    """Cut after its action (the bonus reads the logits there alone), or whole when its action index is unknown."""
+    count: int
+    """How many of the update's rows it stands for: they agree up to the action, so their bonus terms are equal."""
+
+
+def bonus_probes(rows: list[TurnRow]) -> list[BonusProbe]:
+    """The bonus-only rows as few, short rows. A row's action entropy depends on its prompt and response up to the
+    action, so each row is cut after it, and rows that agree up to there are computed once and counted: a group's
+    first turns share their prompt, and under the tool-first schema the reply's opening is forced, so a group
+    without signal costs one short row at its first turn instead of G whole ones. The gradient is the same."""
+    probes: dict[Any, BonusProbe] = {}
+    for row in rows:
+        if not _has_action(row):
+            continue  # no action: the bonus does not see it
+        if row.action is None:
+            key: Any = id(row)  # the action is found from the masks when packed: keep the row whole
+            probe = row
+        else:
+            cut = row.action + 1
+            key = (row.role, tuple(row.prompt_ids), tuple(row.response_ids[:cut]),
+                   tuple(map(tuple, row.action_choices or ())))
+            probe = replace(row, response_ids=row.response_ids[:cut], old_logprobs=row.old_logprobs[:cut],
+                            allowed=None if row.allowed is None else row.allowed[:cut], engine_logprobs=None,
+                            tis_weights=None)
+        if key in probes:
+            probes[key].count += 1
+        else:
+            probes[key] = BonusProbe(probe, 1)
+    return list(probes.values())
 
 
 def _right_aligned(values: list[torch.Tensor], width: int) -> torch.Tensor:
@@ -203,14 +239,15 @@ class PolicyUpdater:
                 weights = row_weights(cfg.loss_aggregation, response_lengths=lengths, row_trajectory=trajectory,
                                       row_group_size=group_size, groups=len(chunk))
                 advantages = batch.advantages[indices]
-                every_row = cfg.kl_coef > 0 or (self.entropy_coef > 0 and cfg.action_entropy_rows == "all")
-                keep = list(range(len(indices))) if every_row else \
-                    (advantages != 0).nonzero().flatten().tolist()  # zero advantage, no KL, no bonus: no gradient
-                if not keep:
+                # rows with zero advantage carry a gradient only through the KL term or the bonus on every row
+                keep = list(range(len(indices))) if cfg.kl_coef > 0 else (advantages != 0).nonzero().flatten().tolist()
+                probes = bonus_probes([rows[indices[k]] for k in range(len(indices)) if advantages[k] == 0]) \
+                    if cfg.kl_coef == 0 and self.entropy_coef > 0 and cfg.action_entropy_rows == "all" else []
+                if not keep and not probes:
                     continue
                 result = self._optimizer_step(
                     [rows[indices[k]] for k in keep], advantages[keep], weights[keep], temperature,
-                    None if ref is None else [ref[indices[k]] for k in keep], sums, gap)
+                    None if ref is None else [ref[indices[k]] for k in keep], sums, gap, probes)
                 optimizer_steps += 1
                 grad_norms.append(result["grad_norm"])
                 loss_total += result["loss"]
@@ -244,16 +281,19 @@ class PolicyUpdater:
 
     def _optimizer_step(self, rows: list[TurnRow], advantages: torch.Tensor, weights: torch.Tensor,
                         temperature: float, ref: list[torch.Tensor] | None, sums: dict[str, float],
-                        gap: EngineGap | None = None) -> dict[str, float]:
-        """One optimiser step over `rows`. `gap`: the rows were sampled by another engine and this is the only
-        step from the rollout's weights: each micro-batch's own log-probs (detached) are the old ones, and its
-        raw log-probs give the TIS weights."""
+                        gap: EngineGap | None = None, probes: list[BonusProbe] | None = None) -> dict[str, float]:
+        """One optimiser step over `rows` and the bonus-only `probes`. `gap`: the rows were sampled by another
+        engine and this is the only step from the rollout's weights: each micro-batch's own log-probs (detached)
+        are the old ones, and its raw log-probs give the TIS weights."""
         cfg = self.config
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         loss_total, clipped, tokens = 0.0, 0.0, 0.0
         bonus = self.entropy_coef
-        actions = sum(_has_action(row) for row in rows) if bonus > 0 else 0  # the bonus's normaliser
+        probes = probes or []
+        # the bonus's normaliser: every row with an action, each probe for as many rows as it stands for
+        actions = sum(_has_action(row) for row in rows) + sum(p.count for p in probes) if bonus > 0 else 0
+        loss_total += self._probe_bonus(probes, bonus, actions, temperature, sums)
         for indices in self._micro_batches(rows):
             packed = self._pack([rows[i] for i in indices])
             logprobs, entropy, raw = response_logprobs(self.model, packed, temperature=temperature,
@@ -300,6 +340,29 @@ class PolicyUpdater:
                 sums[key] = sums.get(key, 0.0) + (value if key == "tokens" else value * weight)
         grad_norm = self._step()
         return {"loss": loss_total, "grad_norm": grad_norm, "clipped_tokens": clipped, "tokens": tokens}
+
+    def _probe_bonus(self, probes: list[BonusProbe], bonus: float, actions: int, temperature: float,
+                     sums: dict[str, float]) -> float:
+        """Backpropagate -bonus x (the probes' action entropies, each times its count) / `actions`, the bonus's
+        share of the loss from rows the policy gradient does not train."""
+        loss_total = 0.0
+        for indices in micro_batches([p.row for p in probes], max_rows=self.config.micro_batch_rows,
+                                     max_tokens=self.config.micro_batch_tokens):
+            packed = self._pack([probes[i].row for i in indices])
+            _, entropy, _ = response_logprobs(self.model, packed, temperature=temperature, with_entropy=True,
+                                              chunked_head=self.chunked_head, entropy_grad=True)
+            assert entropy is not None
+            action = action_positions(packed, [probes[i].row.action for i in indices])
+            counts = torch.tensor([float(probes[i].count) for i in indices], device=entropy.device)
+            action_entropy = (entropy * action * counts[:, None]).sum()
+            sums["action_entropy_sum"] = sums.get("action_entropy_sum", 0.0) + float(action_entropy.detach())
+            sums["actions"] = sums.get("actions", 0.0) + float((action.sum(-1) * counts).sum())
+            loss = -bonus * action_entropy / max(actions, 1)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"non-finite loss {loss.item()}")
+            loss.backward()
+            loss_total += float(loss.detach())
+        return loss_total
 
     def _step(self) -> float:
         params = [p for p in self.model.parameters() if p.requires_grad]
