@@ -346,8 +346,7 @@ class PolicyUpdater:
         """Backpropagate -bonus x (the probes' action entropies, each times its count) / `actions`, the bonus's
         share of the loss from rows the policy gradient does not train."""
         loss_total = 0.0
-        for indices in micro_batches([p.row for p in probes], max_rows=self.config.micro_batch_rows,
-                                     max_tokens=self.config.micro_batch_tokens):
+        for indices in self._micro_batches([p.row for p in probes]):
             packed = self._pack([probes[i].row for i in indices])
             _, entropy, _ = response_logprobs(self.model, packed, temperature=temperature, with_entropy=True,
                                               chunked_head=self.chunked_head, entropy_grad=True)
