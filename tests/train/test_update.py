@@ -16,6 +16,7 @@ from agentflow.engines.hf import TransformersEngine
 from agentflow.planner import planner_schema
 from agentflow.train.config import TrainConfig
 from agentflow.train.logprobs import (
+    SharedPrefix,
     action_choices,
     action_index,
     action_positions,
@@ -512,3 +513,106 @@ def test_the_bundled_tokenizer_starts_each_tool_several_ways() -> None:
         allowed = engine.allowed_tokens(schema, reply)
         action = action_index(reply, schema, decode)
         assert {decode([t]) for t in action_tokens(reply, action, allowed[action], schema, decode)} == starts
+
+
+@pytest.mark.parametrize("chunked", [True, False])
+def test_a_shared_prefix_gives_the_whole_rows_log_probs_and_gradient(engine: TransformersEngine, chunked) -> None:
+    """The prompt start every row shares, run once and read from a cache by each row, gives each row's log-probs
+    and the parameters' gradient as the whole rows do, rows of different lengths (padded after the prefix)
+    included."""
+    rows = sample_rows(engine, 5, questions=["question 0", "question 1 is longer", "question 2?",
+                                             "question 3 is the longest of all", "question 4"])
+    update = updater(engine)
+    update.replay_masks(rows)
+    results = []
+    for shared in (False, True):
+        engine.model.zero_grad()
+        prefix = SharedPrefix.of(engine.model, rows) if shared else None
+        assert (prefix is not None) == shared
+        packed = pack_rows(rows, pad_id=engine.tokenizer.pad_token_id, allowed=[r.allowed for r in rows],
+                           vocab_size=update.vocab_size, prefix=prefix.length if prefix else 0)
+        logprobs, entropy, _ = response_logprobs(engine.model, packed, temperature=0.7, with_entropy=True,
+                                                 chunked_head=chunked, entropy_grad=True, prefix=prefix)
+        ((logprobs - 0.1 * entropy) * torch.linspace(-1, 1, logprobs.shape[1])).sum().backward()
+        if prefix is not None:
+            assert packed.input_ids.shape[1] < max(len(r.prompt_ids) + len(r.response_ids) for r in rows)
+            prefix.backward()
+        results.append((logprobs.detach(), {n: p.grad.clone() for n, p in engine.model.named_parameters()
+                                            if p.grad is not None}))
+    (whole, whole_grads), (split, split_grads) = results
+    assert torch.allclose(whole, split, atol=1e-5)
+    assert whole_grads.keys() == split_grads.keys() and len(whole_grads) > 10
+    for name, grad in whole_grads.items():
+        # float rounding only (the summation order differs); without prefix.backward() the prefix's whole
+        # share is missing
+        assert (grad - split_grads[name]).norm() <= 1e-5 * grad.norm() + 1e-6, name
+
+
+def test_an_update_with_a_shared_prefix_takes_the_whole_rows_step(engine: TransformersEngine) -> None:
+    """share_prompt_prefix: the rows' common prompt start runs once per optimiser step; the step is the one the
+    whole rows give. Under activation checkpointing (a recomputed layer would add the prefix to its cache twice)
+    nothing is shared."""
+    rows = sample_rows(engine, 8, temperature=1.0)
+    batch = UpdateBatch(rows=rows, advantages=torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, 0.0, 0.0]),
+                        row_group=["q0"] * 4 + ["q1"] * 4, trajectories={"q0": 4, "q1": 4})
+    start = {k: v.clone() for k, v in engine.model.state_dict().items()}
+
+    def step(**options) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        engine.model.load_state_dict(start)
+        metrics = updater(engine, learning_rate=0.01, micro_batch_rows=3, **options).grpo(
+            batch, temperature=1.0, step=1)
+        return {k: v - start[k] for k, v in engine.model.state_dict().items()}, metrics
+
+    shared, shared_metrics = step()
+    whole, whole_metrics = step(share_prompt_prefix=False)
+    assert shared_metrics["update/prefix_tokens_saved"] >= 5 * 16 and "update/prefix_tokens_saved" not in whole_metrics
+    assert any(v.abs().max() > 1e-4 for v in whole.values())
+    for name, delta in whole.items():
+        assert torch.allclose(shared[name], delta, atol=1e-6), name
+    assert shared_metrics["loss"] == pytest.approx(whole_metrics["loss"], rel=1e-5)
+    assert not updater(engine, gradient_checkpointing=True).share_prefix
+    assert updater(engine).share_prefix
+
+
+@pytest.mark.slow
+def test_the_bundled_planner_with_lora_takes_the_same_step_with_a_shared_prefix() -> None:
+    """The bundled SmolLM2 with a LoRA adapter, on planner prompts of the mixed flow (one system message, several
+    questions): the update step with the shared prefix is the whole rows' step."""
+    from peft import LoraConfig, get_peft_model
+
+    from agentflow.engines.hf import load_policy
+
+    torch.manual_seed(0)
+    model, tokenizer = load_policy(TransformersEngineConfig(), trainable=True)
+    model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=["q_proj", "v_proj"],
+                                             init_lora_weights=False))
+    engine = TransformersEngine(TransformersEngineConfig(device="cpu", seed=0), model=model, tokenizer=tokenizer)
+    schema = planner_schema(["wikipedia_search", "python"])
+    questions = ["What is 4821 * 37?", "What is the atomic number of zinc?", "Who wrote Hamlet?",
+                 "What is the atomic number of iron multiplied by 3?"]
+
+    async def run():
+        sampling = SamplingParams(temperature=1.0, max_tokens=24)
+        return await asyncio.gather(*(engine.generate(
+            [{"role": "system", "content": "You are the planner. Reply with JSON: tool_name, sub_goal."},
+             {"role": "user", "content": q}], sampling, json_schema=schema) for q in questions))
+
+    rows = [TurnRow(i, r.prompt_token_ids, r.token_ids, r.logprobs, schema=schema)
+            for i, r in enumerate(asyncio.run(run()))]
+    batch = UpdateBatch(rows=rows, advantages=torch.tensor([1.0, -1.0, 0.5, -0.5]), row_group=["q0"] * 4,
+                        trajectories={"q0": 4})
+    start = {k: v.clone() for k, v in engine.model.state_dict().items()}
+
+    def step(**options) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        engine.model.load_state_dict(start)
+        update = updater(engine, learning_rate=0.01, micro_batch_rows=2, **options)
+        assert update.share_prefix == options.get("share_prompt_prefix", True)
+        metrics = update.grpo(batch, temperature=1.0, step=1)
+        return {k: v - start[k] for k, v in engine.model.state_dict().items() if "lora" in k}, metrics
+
+    shared, shared_metrics = step()
+    whole, _ = step(share_prompt_prefix=False)
+    assert shared_metrics["update/prefix_tokens_saved"] >= 3 * 20
+    assert any(v.abs().max() > 1e-5 for v in whole.values())
+    for name, delta in whole.items():
+        assert torch.allclose(shared[name], delta, atol=1e-6, rtol=1e-3), name

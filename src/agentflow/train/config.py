@@ -163,6 +163,10 @@ class TrainConfig(_Strict):
         "planner role's engine must be a `transformers` engine: it is the trainable policy. In a YAML file, "
         "`flow: FILE` reads it from a flow config file beside the training config.")
     lora: LoraSettings = Field(default_factory=LoraSettings, description="LoRA adapters (the `lora.*` keys).")
+    share_prompt_prefix: bool = Field(True, description="Run the prompt start every row of an update shares (the "
+                                      "planner's system message) through the model once per optimiser step instead "
+                                      "of once per row: same gradient, fewer tokens. Off under gradient_checkpointing "
+                                      "and for models where it does not reproduce the whole rows' outputs.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward: less memory, "
                                          "about 30% more update time.")
 

@@ -7,12 +7,18 @@ chunks of rows under activation checkpointing: backward recomputes a chunk's log
 (rows, tokens, vocabulary) float32 tensor of the whole micro-batch alive, so the update's peak memory is that
 of one chunk's logits, not of all rows.
 
+The prompt tokens every row of an update begins with (the planner's system message) can run through the decoder
+once (`SharedPrefix`): each micro-batch then reads their keys and values from a cache instead of computing them
+again per row, and their gradient flows back through the one prefix pass. Same log-probs and gradient up to
+float rounding; ~20 % fewer tokens per update in the mixed-task flow.
+
 Rows of a JSON-schema-constrained reply carry the masks decoding applied (`allowed`): the log-prob is then
 that of the masked distribution the token was drawn from (a forced token has log-prob 0 and no gradient).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -45,6 +51,8 @@ class PackedRows:
     position's log-prob is the total of `tokens`' probabilities, not the drawn token's (None: the drawn
     token's), and its entropy that of the distribution over `choices` (None: over the tokens); None: no such
     row."""
+    prefix: int = 0
+    """Prompt tokens left out of `input_ids` (every row's first `prefix`, read from a `SharedPrefix`)."""
 
     @property
     def tokens(self) -> int:
@@ -52,9 +60,12 @@ class PackedRows:
 
 
 def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | str = "cpu",
-              allowed: Sequence[torch.Tensor | None] | None = None, vocab_size: int | None = None) -> PackedRows:
-    """Left-pad `rows` into tensors; `allowed[i]` is row i's (len(response), V) mask or None (unconstrained)."""
-    lengths = [len(r.prompt_ids) + len(r.response_ids) for r in rows]
+              allowed: Sequence[torch.Tensor | None] | None = None, vocab_size: int | None = None,
+              prefix: int = 0) -> PackedRows:
+    """Left-pad `rows` into tensors; `allowed[i]` is row i's (len(response), V) mask or None (unconstrained).
+    `prefix`: leave out every row's first `prefix` prompt tokens (a `SharedPrefix` holds them); positions count
+    them."""
+    lengths = [len(r.prompt_ids) - prefix + len(r.response_ids) for r in rows]
     width = max(lengths)
     resp_width = max(len(r.response_ids) for r in rows)
     n = len(rows)
@@ -71,7 +82,7 @@ def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | st
             raise ValueError("pack_rows needs vocab_size with allowed-token masks")
         masks = torch.ones((n, resp_width, vocab_size), dtype=torch.bool)
     for i, row in enumerate(rows):
-        seq = row.prompt_ids + row.response_ids
+        seq = row.prompt_ids[prefix:] + row.response_ids
         input_ids[i, width - len(seq):] = torch.tensor(seq)
         attention[i, width - len(seq):] = 1
         k = len(row.response_ids)
@@ -85,13 +96,13 @@ def pack_rows(rows: Sequence[TurnRow], *, pad_id: int, device: torch.device | st
             if mask.shape != (k, vocab_size):
                 raise ValueError(f"row {i}: allowed-token mask {tuple(mask.shape)} != ({k}, {vocab_size})")
             masks[i, resp_width - k:] = mask
-    position_ids = (attention.cumsum(-1) - 1).clamp(min=0)
+    position_ids = (attention.cumsum(-1) - 1).clamp(min=0) + prefix
     action_sets = [(i, resp_width - len(row.response_ids) + row.action, row.action_tokens, row.action_choices)
                    for i, row in enumerate(rows)
                    if (row.action_tokens or row.action_choices) and row.action is not None and row.action >= 0]
     return PackedRows(input_ids.to(device), attention.to(device), position_ids.to(device), response.to(device),
                       response_mask.to(device), old.to(device), None if masks is None else masks.to(device),
-                      None if weights is None else weights.to(device), action_sets or None)
+                      None if weights is None else weights.to(device), action_sets or None, prefix)
 
 
 def _token_logprobs(head: torch.nn.Module, hidden: torch.Tensor, ids: torch.Tensor, allowed: torch.Tensor | None,
@@ -161,9 +172,110 @@ def plain_lm_head(model: torch.nn.Module) -> bool:
         return False
 
 
+#: The shortest common prompt start worth a prefix pass of its own (`SharedPrefix.of`).
+MIN_SHARED_PREFIX = 16
+
+
+class SharedPrefix:
+    """The prompt tokens that every row of an optimiser step begins with, run through the decoder once.
+
+    `of` runs them (with gradient when it is on) and keeps each layer's keys and values; micro-batches attend to
+    detached copies of them (`cache`) and only add their gradient there; `backward` then sends the total through
+    the prefix pass once. The rows' log-probs and the parameters' gradient are those of the whole rows, up to float
+    rounding (tested). Under activation checkpointing a recomputed layer would append its keys to the cache a
+    second time, so the updater shares no prefix then."""
+
+    def __init__(self, length: int, outputs: list[torch.Tensor]) -> None:
+        self.length = length
+        self.outputs = outputs
+        self.leaves = [t.detach().requires_grad_(t.requires_grad) for t in outputs]
+
+    @classmethod
+    def of(cls, model: torch.nn.Module, rows: Sequence[TurnRow], *, device: torch.device | str = "cpu",
+           minimum: int = MIN_SHARED_PREFIX) -> SharedPrefix | None:
+        """The rows' common prompt start (at least `minimum` tokens, and one prompt token left in every row),
+        computed; None when it is shorter or there are fewer than two rows."""
+        if len(rows) < 2:
+            return None
+        first, length = rows[0].prompt_ids, min(len(r.prompt_ids) for r in rows) - 1
+        for row in rows[1:]:
+            length = next((i for i, (a, b) in enumerate(zip(first[:length], row.prompt_ids, strict=False))
+                           if a != b), length)
+        if length < minimum:
+            return None
+        ids = torch.tensor([first[:length]], device=device)
+        out = model.get_decoder()(input_ids=ids, use_cache=True)
+        cache = out["cache"] if "cache" in out else out.past_key_values  # named `cache` since transformers 5
+        layers = [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else \
+            list(zip(cache.key_cache, cache.value_cache, strict=True))
+        return cls(length, [t for pair in layers for t in pair])
+
+    def cache(self, rows: int) -> Any:
+        """A fresh cache holding the prefix's keys and values for `rows` rows (views, no copy)."""
+        from transformers import DynamicCache
+
+        cache = DynamicCache()
+        for layer in range(len(self.leaves) // 2):
+            keys, values = self.leaves[2 * layer], self.leaves[2 * layer + 1]
+            cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), layer)
+        return cache
+
+    def backward(self) -> None:
+        """Send the gradient the micro-batches left on the prefix's keys and values through the prefix pass."""
+        pairs = [(out, leaf.grad) for out, leaf in zip(self.outputs, self.leaves, strict=True)
+                 if out.requires_grad and leaf.grad is not None]
+        if pairs:
+            torch.autograd.backward([out for out, _ in pairs], [grad for _, grad in pairs])
+        self.outputs, self.leaves = [], []
+
+
+def _cache_arguments(model: torch.nn.Module, packed: PackedRows, prefix: SharedPrefix | None) -> dict[str, Any]:
+    """The forward pass's attention mask and (with `prefix`) cache argument, under the name this transformers
+    version gives it."""
+    if prefix is None:
+        return {"attention_mask": packed.attention_mask}
+    if packed.prefix != prefix.length:
+        raise ValueError(f"rows packed without {packed.prefix} prompt tokens, but the shared prefix holds "
+                         f"{prefix.length}")
+    rows = packed.input_ids.shape[0]
+    ones = torch.ones((rows, prefix.length), dtype=packed.attention_mask.dtype, device=packed.attention_mask.device)
+    name = "cache" if "cache" in inspect.signature(model.get_decoder().forward).parameters else "past_key_values"
+    return {"attention_mask": torch.cat([ones, packed.attention_mask], dim=1), name: prefix.cache(rows)}
+
+
+def prefix_sharing_exact(model: torch.nn.Module) -> bool:
+    """Whether this model's decoder gives the same hidden states when a prompt start comes from a `SharedPrefix`,
+    checked once on a short input (true for Llama, Qwen, Mistral, SmolLM); otherwise no prefix is shared."""
+    try:
+        device = next(model.parameters()).device
+        vocab = max(model.get_output_embeddings().weight.shape[0], 2)
+        ids = (torch.arange(3, 3 + 2 * MIN_SHARED_PREFIX, device=device) % vocab).unsqueeze(0)
+        rows = [_Prompt(ids[0].tolist()), _Prompt(ids[0].tolist())]
+        with torch.no_grad():
+            full = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state[:, -1]
+            prefix = SharedPrefix.of(model, rows, device=device)
+            if prefix is None:
+                return False
+            rest = ids[:, prefix.length:]
+            packed = PackedRows(rest, torch.ones_like(rest), torch.arange(prefix.length, ids.shape[1],
+                                device=device).unsqueeze(0), rest[:, :0], rest[:, :0].float(), rest[:, :0].float(),
+                                prefix=prefix.length)
+            split = model.get_decoder()(input_ids=rest, position_ids=packed.position_ids, use_cache=False,
+                                        **_cache_arguments(model, packed, prefix)).last_hidden_state[:, -1]
+        return torch.allclose(full.float(), split.float(), rtol=1e-3, atol=1e-3)
+    except (AttributeError, NotImplementedError, TypeError, ValueError, RuntimeError):
+        return False
+
+
+@dataclass
+class _Prompt:
+    prompt_ids: list[int]
+
+
 def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature: float = 1.0,
                       with_entropy: bool = False, with_raw: bool = False, chunked_head: bool = False,
-                      entropy_grad: bool = False) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+                      entropy_grad: bool = False, prefix: SharedPrefix | None = None,
+                      ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
     """(N, R) log-probs of the response tokens under logits / temperature (masked by `packed.allowed`), their
     entropies (no grad unless `entropy_grad`: an entropy term in the loss) and their raw log-probs
     (temperature 1, no mask, no grad: to compare with what another engine reported), the last two None unless
@@ -172,19 +284,21 @@ def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature
     The temperature must be the rollout's sampling temperature, so that the ratio compares the same
     distributions the rollout sampled from. `chunked_head` (only where `plain_lm_head(model)`): run the LM
     head in checkpointed chunks of rows; otherwise the model's own forward makes every row's logits at once.
+    `prefix`: the rows were packed without the prompt start it holds (`pack_rows(prefix=prefix.length)`).
     """
     resp_width = packed.response_ids.shape[1]
+    inputs = _cache_arguments(model, packed, prefix)
     if not chunked_head:
-        out = model(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
-                    position_ids=packed.position_ids, logits_to_keep=resp_width + 1, use_cache=False)
+        out = model(input_ids=packed.input_ids, position_ids=packed.position_ids, logits_to_keep=resp_width + 1,
+                    use_cache=False, **inputs)
         logprobs, entropy, raw = _token_logprobs(torch.nn.Identity(), out.logits[:, -resp_width - 1:-1, :],
                                                  packed.response_ids, packed.allowed, temperature, entropy_grad,
                                                  packed.action_sets)
         return (logprobs * packed.response_mask, entropy if with_entropy else None,
                 raw * packed.response_mask if with_raw else None)
     head = model.get_output_embeddings()
-    out = model.get_decoder()(input_ids=packed.input_ids, attention_mask=packed.attention_mask,
-                              position_ids=packed.position_ids, use_cache=False)
+    out = model.get_decoder()(input_ids=packed.input_ids, position_ids=packed.position_ids, use_cache=False,
+                              **inputs)
     hidden = out.last_hidden_state[:, -resp_width - 1:-1, :]
     vocab = head.weight.shape[0]
     rows_per_chunk = max(1, LOGITS_CHUNK_ELEMENTS // max(resp_width * vocab, 1))

@@ -29,6 +29,7 @@ import torch
 
 from agentflow.train.config import TrainConfig
 from agentflow.train.logprobs import (
+    SharedPrefix,
     action_choices,
     action_index,
     action_positions,
@@ -36,6 +37,7 @@ from agentflow.train.logprobs import (
     free_positions,
     micro_batches,
     pack_rows,
+    prefix_sharing_exact,
     response_logprobs,
 )
 from agentflow.train.losses import action_credit, clipped_surrogate_loss, row_weights
@@ -135,6 +137,9 @@ class PolicyUpdater:
         self.ref_model = ref_model
         self.chunked_head = chunked_head
         self.entropy_coef = config.action_entropy_coef  # the bonus's weight (adapted under action_entropy_target)
+        # a layer recomputed under activation checkpointing would add the shared prefix's keys to its cache twice
+        self.share_prefix = config.share_prompt_prefix and not config.gradient_checkpointing and \
+            prefix_sharing_exact(model)
         self.device = next(model.parameters()).device
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
 
@@ -142,9 +147,9 @@ class PolicyUpdater:
         if self.adapter is not None:
             self.model.set_adapter(self.adapter)  # PEFT: only this adapter computes and takes gradients
 
-    def _pack(self, rows: list[TurnRow]) -> Any:
+    def _pack(self, rows: list[TurnRow], prefix: SharedPrefix | None = None) -> Any:
         return pack_rows(rows, pad_id=self.pad_id, device=self.device, allowed=[r.allowed for r in rows],
-                         vocab_size=self.vocab_size)
+                         vocab_size=self.vocab_size, prefix=prefix.length if prefix else 0)
 
     def _micro_batches(self, rows: list[TurnRow]) -> list[list[int]]:
         return micro_batches(rows, max_rows=self.config.micro_batch_rows, max_tokens=self.config.micro_batch_tokens)
@@ -268,6 +273,8 @@ class PolicyUpdater:
                 self.entropy_coef = max(cfg.action_entropy_coef,
                                         self.entropy_coef + (1 if below else -1) * cfg.action_entropy_coef_step)
         clip_last, tokens_last = sums.pop("clip_last_epoch", 0.0), sums.pop("tokens_last_epoch", 0.0)
+        if "prefix_tokens_saved" in sums:
+            metrics["update/prefix_tokens_saved"] = sums.pop("prefix_tokens_saved")
         metrics.update({k: v / tokens for k, v in sums.items()})
         if tokens_last:
             metrics["clip_fraction_last_epoch"] = clip_last / tokens_last
@@ -294,11 +301,16 @@ class PolicyUpdater:
         # the bonus's normaliser: every row with an action, each probe for as many rows as it stands for
         actions = sum(_has_action(row) for row in rows) + sum(p.count for p in probes) if bonus > 0 else 0
         loss_total += self._probe_bonus(probes, bonus, actions, temperature, sums)
+        # the prompt start every row shares (the system message) runs once, not once per row
+        shared = SharedPrefix.of(self.model, rows, device=self.device) if self.share_prefix else None
+        if shared is not None:
+            sums["prefix_tokens_saved"] = sums.get("prefix_tokens_saved", 0.0) + shared.length * (len(rows) - 1)
         for indices in self._micro_batches(rows):
-            packed = self._pack([rows[i] for i in indices])
+            packed = self._pack([rows[i] for i in indices], shared)
             logprobs, entropy, raw = response_logprobs(self.model, packed, temperature=temperature,
                                                        with_entropy=True, with_raw=gap is not None,
-                                                       chunked_head=self.chunked_head, entropy_grad=bonus > 0)
+                                                       chunked_head=self.chunked_head, entropy_grad=bonus > 0,
+                                                       prefix=shared)
             assert entropy is not None
             free = free_positions(packed)
             action = action_positions(packed, [rows[i].action for i in indices], free)
@@ -338,6 +350,8 @@ class PolicyUpdater:
             clipped += part["clip_fraction"] * weight
             for key, value in part.items():
                 sums[key] = sums.get(key, 0.0) + (value if key == "tokens" else value * weight)
+        if shared is not None:
+            shared.backward()
         grad_norm = self._step()
         return {"loss": loss_total, "grad_norm": grad_norm, "clipped_tokens": clipped, "tokens": tokens}
 

@@ -52,6 +52,7 @@ FIELD_ROUTES: dict[str, str] = {
             "lora_adapter_path; other roles on their own frozen engines)",
     "lora": "actor_rollout_ref.model.lora_rank / lora_alpha / target_modules (dropout other than 0: refused)",
     "gradient_checkpointing": "actor_rollout_ref.model.enable_gradient_checkpointing",
+    "share_prompt_prefix": "no effect: the single-machine update's saving; verl's actor computes every row whole",
     "data": "agent loop + parquet files for data.train_files / data.val_files",
     "batch_size": "data.train_batch_size",
     "group_size": "actor_rollout_ref.rollout.n",
