@@ -86,6 +86,24 @@ def rollout_first_tools(run: Path, kinds: dict[str, str]) -> dict[str, list[dict
     return shares
 
 
+def rollout_plans(run: Path, kinds: dict[str, str]) -> dict[str, dict[str, dict[str, float]]]:
+    """For each kind, over all training steps, the rollouts grouped by plan (first tool, then the set of tools
+    used in any turn: "python > {python, wikipedia_search}"): how many and their mean reward. What the outcome
+    reward pays a first tool for, given what the later turns do."""
+    plans: dict[str, dict[str, list[float]]] = {}
+    for path in sorted((run / "rollouts").glob("step-*.jsonl")):
+        for line in path.read_text().splitlines():
+            record = json.loads(line)
+            if record["reward"] is None:  # excluded: an infrastructure failure
+                continue
+            tools = [str(t) for t in record["tools"]]
+            plan = f"{tools[0]} > {{{', '.join(sorted(set(tools) - {'answer'}))}}}" if tools else "(none)"
+            plans.setdefault(kinds.get(record["group"], "all"), {}).setdefault(plan, []).append(record["reward"])
+    return {kind: {plan: {"rollouts": len(rewards), "reward_mean": round(statistics.fmean(rewards), 3)}
+                   for plan, rewards in sorted(by_plan.items())}
+            for kind, by_plan in sorted(plans.items())}
+
+
 def frozen_evaluation(run: Path) -> dict[str, Any] | None:
     evals = evaluations(read_metrics(run))
     return evals[0] if evals and evals[0].get("step") == 0 else None
@@ -119,6 +137,7 @@ def seed_summary(run: Path, kinds: dict[str, str], frozen_run: Path | None = Non
         "trained_tool_choice_accuracy": trained.get("eval/tool_choice_accuracy"),
         "steps": len(steps),
         "rollout_first_tool_by_kind": rollout_first_tools(run, kinds),
+        "rollout_plans_by_kind": rollout_plans(run, kinds),
         "per_step": {name: [round(r.get(name, 0.0), 4) for r in steps] for name in (
             "reward_mean", "accuracy", "entropy", "grad_norm", "no_signal_share", "tool_choice_accuracy",
             "turns_per_trajectory", "clip_fraction_last_epoch", "excluded_share", "action_entropy", "seconds/step")},
