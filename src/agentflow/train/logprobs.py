@@ -19,6 +19,7 @@ that of the masked distribution the token was drawn from (a forced token has log
 from __future__ import annotations
 
 import inspect
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,8 @@ from torch.utils.checkpoint import checkpoint
 
 if TYPE_CHECKING:  # keeps this module free of the flow's imports (benchmarks load it alone)
     from agentflow.train.rollout import TurnRow
+
+log = logging.getLogger(__name__)
 
 #: Logit elements (rows x tokens x vocabulary) materialised at once by the LM head: 64 MiB of float32.
 LOGITS_CHUNK_ELEMENTS = 1 << 24
@@ -180,15 +183,16 @@ class SharedPrefix:
     """The prompt tokens that every row of an optimiser step begins with, run through the decoder once.
 
     `of` runs them (with gradient when it is on) and keeps each layer's keys and values; micro-batches attend to
-    detached copies of them (`cache`) and only add their gradient there; `backward` then sends the total through
+    detached copies of them (`inputs`) and only add their gradient there; `backward` then sends the total through
     the prefix pass once. The rows' log-probs and the parameters' gradient are those of the whole rows, up to float
     rounding (tested). Under activation checkpointing a recomputed layer would append its keys to the cache a
     second time, so the updater shares no prefix then."""
 
-    def __init__(self, length: int, outputs: list[torch.Tensor]) -> None:
+    def __init__(self, length: int, outputs: list[torch.Tensor], cache_argument: str) -> None:
         self.length = length
         self.outputs = outputs
         self.leaves = [t.detach().requires_grad_(t.requires_grad) for t in outputs]
+        self.cache_argument = cache_argument  # the decoder's name for its cache in this transformers version
 
     @classmethod
     def of(cls, model: torch.nn.Module, rows: Sequence[TurnRow], *, device: torch.device | str = "cpu",
@@ -203,22 +207,31 @@ class SharedPrefix:
                            if a != b), length)
         if length < minimum:
             return None
-        ids = torch.tensor([first[:length]], device=device)
-        out = model.get_decoder()(input_ids=ids, use_cache=True)
+        return cls.run(model, torch.tensor([first[:length]], device=device))
+
+    @classmethod
+    def run(cls, model: torch.nn.Module, ids: torch.Tensor) -> SharedPrefix:
+        """The (1, length) prompt start `ids` through the decoder, its keys and values kept."""
+        decoder = model.get_decoder()
+        out = decoder(input_ids=ids, use_cache=True)
         cache = out["cache"] if "cache" in out else out.past_key_values  # named `cache` since transformers 5
         layers = [(layer.keys, layer.values) for layer in cache.layers] if hasattr(cache, "layers") else \
             list(zip(cache.key_cache, cache.value_cache, strict=True))
-        return cls(length, [t for pair in layers for t in pair])
+        name = "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+        return cls(ids.shape[1], [t for pair in layers for t in pair], name)
 
-    def cache(self, rows: int) -> Any:
-        """A fresh cache holding the prefix's keys and values for `rows` rows (views, no copy)."""
+    def inputs(self, attention_mask: torch.Tensor) -> dict[str, Any]:
+        """The forward pass's arguments for rows packed without the prefix (`attention_mask` over the rest): the
+        whole attention mask and a fresh cache holding the prefix's keys and values for each row (views)."""
         from transformers import DynamicCache
 
+        rows = attention_mask.shape[0]
         cache = DynamicCache()
         for layer in range(len(self.leaves) // 2):
             keys, values = self.leaves[2 * layer], self.leaves[2 * layer + 1]
             cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), layer)
-        return cache
+        ones = torch.ones((rows, self.length), dtype=attention_mask.dtype, device=attention_mask.device)
+        return {"attention_mask": torch.cat([ones, attention_mask], dim=1), self.cache_argument: cache}
 
     def backward(self) -> None:
         """Send the gradient the micro-batches left on the prefix's keys and values through the prefix pass."""
@@ -229,47 +242,31 @@ class SharedPrefix:
         self.outputs, self.leaves = [], []
 
 
-def _cache_arguments(model: torch.nn.Module, packed: PackedRows, prefix: SharedPrefix | None) -> dict[str, Any]:
-    """The forward pass's attention mask and (with `prefix`) cache argument, under the name this transformers
-    version gives it."""
-    if prefix is None:
-        return {"attention_mask": packed.attention_mask}
-    if packed.prefix != prefix.length:
-        raise ValueError(f"rows packed without {packed.prefix} prompt tokens, but the shared prefix holds "
-                         f"{prefix.length}")
-    rows = packed.input_ids.shape[0]
-    ones = torch.ones((rows, prefix.length), dtype=packed.attention_mask.dtype, device=packed.attention_mask.device)
-    name = "cache" if "cache" in inspect.signature(model.get_decoder().forward).parameters else "past_key_values"
-    return {"attention_mask": torch.cat([ones, packed.attention_mask], dim=1), name: prefix.cache(rows)}
-
-
 def prefix_sharing_exact(model: torch.nn.Module) -> bool:
     """Whether this model's decoder gives the same hidden states when a prompt start comes from a `SharedPrefix`,
-    checked once on a short input (true for Llama, Qwen, Mistral, SmolLM); otherwise no prefix is shared."""
+    checked once on a short input (true for Llama, Qwen, Mistral, SmolLM); otherwise no prefix is shared, and
+    the reason is logged."""
     try:
         device = next(model.parameters()).device
         vocab = max(model.get_output_embeddings().weight.shape[0], 2)
         ids = (torch.arange(3, 3 + 2 * MIN_SHARED_PREFIX, device=device) % vocab).unsqueeze(0)
-        rows = [_Prompt(ids[0].tolist()), _Prompt(ids[0].tolist())]
+        rest = ids[:, MIN_SHARED_PREFIX:]
+        positions = torch.arange(MIN_SHARED_PREFIX, ids.shape[1], device=device).unsqueeze(0)
         with torch.no_grad():
             full = model.get_decoder()(input_ids=ids, use_cache=False).last_hidden_state[:, -1]
-            prefix = SharedPrefix.of(model, rows, device=device)
-            if prefix is None:
-                return False
-            rest = ids[:, prefix.length:]
-            packed = PackedRows(rest, torch.ones_like(rest), torch.arange(prefix.length, ids.shape[1],
-                                device=device).unsqueeze(0), rest[:, :0], rest[:, :0].float(), rest[:, :0].float(),
-                                prefix=prefix.length)
-            split = model.get_decoder()(input_ids=rest, position_ids=packed.position_ids, use_cache=False,
-                                        **_cache_arguments(model, packed, prefix)).last_hidden_state[:, -1]
-        return torch.allclose(full.float(), split.float(), rtol=1e-3, atol=1e-3)
-    except (AttributeError, NotImplementedError, TypeError, ValueError, RuntimeError):
+            prefix = SharedPrefix.run(model, ids[:, :MIN_SHARED_PREFIX])
+            split = model.get_decoder()(input_ids=rest, position_ids=positions, use_cache=False,
+                                        **prefix.inputs(torch.ones_like(rest))).last_hidden_state[:, -1]
+    except (AttributeError, NotImplementedError, TypeError, ValueError, RuntimeError) as err:
+        # a model or transformers version without this cache interface: every row is computed whole
+        log.info("the update computes every row whole: this model's decoder cannot read a shared prompt start "
+                 "from a cache (%s: %s)", type(err).__name__, err)
         return False
-
-
-@dataclass
-class _Prompt:
-    prompt_ids: list[int]
+    if not torch.allclose(full.float(), split.float(), rtol=1e-3, atol=1e-3):
+        log.info("the update computes every row whole: this model's decoder gives other hidden states when a "
+                 "prompt start comes from a cache")
+        return False
+    return True
 
 
 def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature: float = 1.0,
@@ -287,7 +284,10 @@ def response_logprobs(model: torch.nn.Module, packed: PackedRows, *, temperature
     `prefix`: the rows were packed without the prompt start it holds (`pack_rows(prefix=prefix.length)`).
     """
     resp_width = packed.response_ids.shape[1]
-    inputs = _cache_arguments(model, packed, prefix)
+    if packed.prefix != (prefix.length if prefix else 0):
+        raise ValueError(f"rows packed without {packed.prefix} prompt tokens, but the shared prefix holds "
+                         f"{prefix.length if prefix else 0}")
+    inputs = prefix.inputs(packed.attention_mask) if prefix else {"attention_mask": packed.attention_mask}
     if not chunked_head:
         out = model(input_ids=packed.input_ids, position_ids=packed.position_ids, logits_to_keep=resp_width + 1,
                     use_cache=False, **inputs)
