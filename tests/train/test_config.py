@@ -99,3 +99,9 @@ def test_the_bonus_on_every_row_needs_a_bonus() -> None:
     assert config.action_entropy_coef == 0 and config.action_entropy_coef_step == 0.01
     with pytest.raises(ConfigError, match="action_entropy_target"):
         TrainConfig.from_dict({"action_entropy_target": -0.1})
+
+
+@pytest.mark.parametrize("cost", [-0.1, 1.0])
+def test_tool_call_cost_must_leave_a_right_answer_some_reward(cost):
+    with pytest.raises(ConfigError, match="tool_call_cost"):
+        TrainConfig.from_dict({"tool_call_cost": cost})

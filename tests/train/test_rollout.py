@@ -11,7 +11,8 @@ from agentflow.engines.scripted import ScriptedEngine
 from agentflow.errors import EngineContextOverflowError, EngineUnavailableError
 from agentflow.flow import Flow
 from agentflow.train.data import Question
-from agentflow.train.rollout import expected_tool, run_rollouts
+from agentflow.train.rollout import expected_tool, run_rollouts, score_trajectory
+from agentflow.trajectory import Trajectory, Turn
 
 
 class TokenEngine(Engine):
@@ -169,3 +170,20 @@ async def test_a_tool_not_picked_is_recorded_as_zero_every_step():
     assert metrics["tool/base_generator"] == 1.0 and metrics["tool/python"] == 0.0 and metrics["tool/invalid"] == 0
     assert metrics["tool/turn1/base_generator"] == 1.0 and metrics["tool/turn1/python"] == 0.0
     assert metrics["tool/answer"] == 0.0 and metrics["tool/turn1/answer"] == 0.0  # the planner's stop action too
+
+
+@pytest.mark.parametrize(("tools", "answer", "value"), [
+    (["python"], "4", 1.0),
+    (["python", "wikipedia_search"], "4", 0.75),
+    (["python", "nonsense", "answer"], "4", 0.75),   # an invalid tool is a call; the stop action is not
+    (["python", "python", "python"], "4", 0.5),
+    (["answer"], "4", 1.0),
+    (["python", "python"], "5", 0.0),                # a wrong answer stays 0
+])
+def test_tool_call_cost_takes_off_each_call_after_the_first(tools, answer, value):
+    question = Question("q", "Two plus two?", "4", "exact_match", {})
+    trajectory = Trajectory(question=question.question, answer=answer,
+                            turns=[Turn(index=i, tool=t, tool_valid=t != "nonsense") for i, t in enumerate(tools, 1)])
+    score = score_trajectory(question, trajectory, tool_call_cost=0.25)
+    assert score.value == value and score.correct == (answer == "4")
+    assert score_trajectory(question, trajectory).value == float(answer == "4")

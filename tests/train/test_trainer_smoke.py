@@ -118,3 +118,31 @@ def test_a_step_without_signal_advances_the_schedule_without_torch_notices(confi
     steps = [r for r in steps if "seconds/rollout" in r]
     assert [r["no_signal_share"] for r in steps] == [1.0, 1.0]
     assert steps[0]["lr"] < steps[1]["lr"]
+
+
+def test_tool_call_cost_reaches_the_rewards_not_the_accuracy(config, tmp_path):
+    """Every answer right; the verifier stops every other trajectory after its first turn: with a tool-call cost
+    the step's rewards tell the one-call trajectories from the two-call ones (a group with signal), while
+    accuracy still counts right answers."""
+    verdicts = {"n": 0}
+
+    def reply(messages):
+        system = messages[0]["content"]
+        if "final answer" in system:
+            question = re.search(r"Question: (.*)", messages[-1]["content"]).group(1)
+            return f"<answer>{question.split()[-1].rstrip('?')}</answer>"
+        if "check whether" in system:
+            verdicts["n"] += 1
+            return '{"analysis": "ok", "conclusion": "%s"}' % ("STOP" if verdicts["n"] % 2 else "CONTINUE")
+        return '{"query": "x"}'
+
+    flow = config.flow.model_copy(update={"limits": config.flow.limits.model_copy(update={"max_turns": 2})})
+    cfg = config.model_copy(update={"max_steps": 1, "kl_coef": 0.0, "tool_call_cost": 0.25, "flow": flow,
+                                    "rollout_concurrency": 1})
+    Trainer(cfg, engines={"helper": ScriptedEngine(reply)}).run()
+    run = tmp_path / "run"
+    rollouts = [json.loads(line) for line in (run / "rollouts" / "step-000001.jsonl").read_text().splitlines()]
+    assert sorted({r["reward"] for r in rollouts}) == [0.75, 1.0]
+    step = next(json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
+                if "seconds/rollout" in line)
+    assert step["accuracy"] == 1.0 and step["reward_mean"] < 1.0 and step["no_signal_share"] < 1.0

@@ -182,6 +182,11 @@ class TrainConfig(_Strict):
     temperature: float | None = Field(None, gt=0.0, description="Sampling temperature of the trained roles "
                                       "during rollouts; overrides their flow.roles.ROLE.sampling.temperature when "
                                       "set.")
+    tool_call_cost: float = Field(
+        0.0, ge=0.0, lt=1.0, description="What each tool call after a trajectory's first takes off its reward "
+        "(never below 0): with it, a right answer reached in fewer calls pays more, so a group whose rollouts are "
+        "all right still says which plan was shorter. 0: the paper's outcome reward alone. Training rewards only; "
+        "accuracy and evaluation count right answers.")
     planner_max_tokens: int | None = Field(None, ge=1, description="Planner reply budget in tokens; overrides "
                                            "flow.roles.planner.sampling.max_tokens when set.")
     planner_prefix: str | None = Field(

@@ -15,6 +15,7 @@ from typing import Any
 
 import torch
 
+from agentflow.config import STOP_ACTION
 from agentflow.flow import Flow
 from agentflow.scoring import get_scorer
 from agentflow.scoring.base import Score
@@ -177,14 +178,23 @@ def expected_tool(question: Question, turn: int) -> str | None:
     return question.meta.get("tool")
 
 
-def score_trajectory(question: Question, trajectory: Trajectory) -> Score:
-    """The reward of one trajectory: the scorer named by the question, on the flow's extracted answer."""
-    return get_scorer(question.reward)(trajectory.answer, question.answer)
+def score_trajectory(question: Question, trajectory: Trajectory, *, tool_call_cost: float = 0.0) -> Score:
+    """The reward of one trajectory: the scorer named by the question, on the flow's extracted answer, less
+    `tool_call_cost` for each tool call after the first (turns that named the planner's stop action are not
+    calls; a turn whose tool was invalid is one), never below 0. `correct` is the scorer's."""
+    score = get_scorer(question.reward)(trajectory.answer, question.answer)
+    if not tool_call_cost:
+        return score
+    calls = sum(1 for turn in trajectory.turns if turn.tool != STOP_ACTION)
+    value = max(score.value - tool_call_cost * max(calls - 1, 0), 0.0)
+    return score.model_copy(update={"value": value, "details": {**score.details, "tool_calls": calls,
+                                                                "tool_call_cost": tool_call_cost}})
 
 
-async def run_rollouts(flow: Flow, questions: list[Question], *, group_size: int,
-                       concurrency: int) -> RolloutBatch:
-    """Run `group_size` trajectories per question concurrently (at most `concurrency` in flight)."""
+async def run_rollouts(flow: Flow, questions: list[Question], *, group_size: int, concurrency: int,
+                       tool_call_cost: float = 0.0) -> RolloutBatch:
+    """Run `group_size` trajectories per question concurrently (at most `concurrency` in flight), each scored
+    with `score_trajectory` (`tool_call_cost`: see there)."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     gate = asyncio.Semaphore(concurrency)
@@ -196,7 +206,8 @@ async def run_rollouts(flow: Flow, questions: list[Question], *, group_size: int
                 trajectory = await flow.asolve(question.question, variant=index)
             failure = trajectory.infrastructure_failure
             if failure is None:
-                return Rollout(question, index, trajectory, score_trajectory(question, trajectory))
+                return Rollout(question, index, trajectory, score_trajectory(question, trajectory,
+                                                                           tool_call_cost=tool_call_cost))
         except Exception as err:  # a bug of ours (flow, scorer) says nothing about the policy: never a reward
             log.exception("question %s trajectory %d crashed", question.id, index)
             failure = Failure(stage="flow", kind="internal_error", infrastructure=True,

@@ -132,7 +132,7 @@ class FlowRunner:
                         question.id, failure.kind, failure.stage, failure.message,
                         sum(self.stats.excluded.values()))
         else:
-            result.score = score_trajectory(question, trajectory)
+            result.score = score_trajectory(question, trajectory, tool_call_cost=self.cfg.tool_call_cost)
             result.rows = build_rows(trajectory, max_prompt_length=self.cfg.verl.max_prompt_length,
                                      response_length=self.response_length, filler_token_id=self.filler_token_id)
             self.stats.scored += 1
