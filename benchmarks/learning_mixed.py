@@ -89,8 +89,9 @@ def rollout_first_tools(run: Path, kinds: dict[str, str]) -> dict[str, list[dict
 def rollout_plans(run: Path, kinds: dict[str, str]) -> dict[str, dict[str, dict[str, float]]]:
     """For each kind, over all training steps, the rollouts grouped by plan (first tool, then the set of tools
     used in any turn: "python > {python, wikipedia_search}"): how many and their mean reward. What the outcome
-    reward pays a first tool for, given what the later turns do."""
-    plans: dict[str, dict[str, list[float]]] = {}
+    reward pays a first tool for, given what the later turns do. Where the rollouts record whether the answer
+    was right (runs since `correct` was written), also the share right: with `tool_call_cost` the reward is not."""
+    plans: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for path in sorted((run / "rollouts").glob("step-*.jsonl")):
         for line in path.read_text().splitlines():
             record = json.loads(line)
@@ -98,10 +99,16 @@ def rollout_plans(run: Path, kinds: dict[str, str]) -> dict[str, dict[str, dict[
                 continue
             tools = [str(t) for t in record["tools"]]
             plan = f"{tools[0]} > {{{', '.join(sorted(set(tools) - {'answer'}))}}}" if tools else "(none)"
-            plans.setdefault(kinds.get(record["group"], "all"), {}).setdefault(plan, []).append(record["reward"])
-    return {kind: {plan: {"rollouts": len(rewards), "reward_mean": round(statistics.fmean(rewards), 3)}
-                   for plan, rewards in sorted(by_plan.items())}
-            for kind, by_plan in sorted(plans.items())}
+            plans.setdefault(kinds.get(record["group"], "all"), {}).setdefault(plan, []).append(record)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for kind, by_plan in sorted(plans.items()):
+        for plan, records in sorted(by_plan.items()):
+            entry = {"rollouts": len(records),
+                     "reward_mean": round(statistics.fmean(r["reward"] for r in records), 3)}
+            if all("correct" in r for r in records):
+                entry["right_share"] = round(statistics.fmean(bool(r["correct"]) for r in records), 3)
+            out.setdefault(kind, {})[plan] = entry
+    return out
 
 
 def frozen_evaluation(run: Path) -> dict[str, Any] | None:

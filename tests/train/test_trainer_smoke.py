@@ -142,7 +142,7 @@ def test_tool_call_cost_reaches_the_rewards_not_the_accuracy(config, tmp_path):
     Trainer(cfg, engines={"helper": ScriptedEngine(reply)}).run()
     run = tmp_path / "run"
     rollouts = [json.loads(line) for line in (run / "rollouts" / "step-000001.jsonl").read_text().splitlines()]
-    assert sorted({r["reward"] for r in rollouts}) == [0.75, 1.0]
+    assert sorted({r["reward"] for r in rollouts}) == [0.75, 1.0] and all(r["correct"] for r in rollouts)
     step = next(json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
                 if "seconds/rollout" in line)
     assert step["accuracy"] == 1.0 and step["reward_mean"] < 1.0 and step["no_signal_share"] < 1.0

@@ -368,9 +368,9 @@ class Trainer:
                                scope=cfg.role_advantages)
 
     def _dump_rollouts(self, batch: RolloutBatch, by_role: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """The step's trajectories (DIR/rollouts/step-N.jsonl): per trajectory its group, reward, the advantage
-        each planner turn received (with other trained roles, each role's calls' under `role_advantages`), and
-        the whole trajectory, to see what was learnt."""
+        """The step's trajectories (DIR/rollouts/step-N.jsonl): per trajectory its group, reward, whether its answer
+        was right, the advantage each planner turn received (with other trained roles, each role's calls' under
+        `role_advantages`), and the whole trajectory, to see what was learnt."""
         role_advantages: dict[str, dict[int, list[float]]] = {}
         for role, (row_traj, advantages) in by_role.items():
             for t, advantage in zip(row_traj.tolist(), advantages.tolist(), strict=True):
@@ -386,6 +386,7 @@ class Trainer:
                     "gold": r.question.answer, "planner": [c.text for c in r.trajectory.planner_calls()],
                     "tools": [turn.tool for turn in r.trajectory.turns], "answer": r.trajectory.answer,
                     "reward": r.score.value if r.score else None,
+                    "correct": r.score.correct if r.score else None,
                     "advantages": per_trajectory.get(t, []) if r.score else [],
                     **({"role_advantages": {role: values.get(t, []) if r.score else []
                                             for role, values in role_advantages.items()}}
