@@ -115,6 +115,15 @@ async def test_wrong_answer_is_scored_zero_on_every_row(tmp_path: Path) -> None:
     assert len(result.rows.rows) == 3 and all(row.trainable for row in result.rows.rows)
 
 
+async def test_tool_call_cost_reaches_the_reward_verl_receives(tmp_path: Path) -> None:
+    cfg = verl_config(tmp_path, tool_call_cost=0.25)
+    server = FakeRolloutServer()
+    server.reply = lambda request: numbered_plans(request, server)
+    result = await run_one(make_runner(cfg, frozen(stop_after="step3")), server)
+    assert len(result.trajectory.turns) == 3
+    assert result.score.correct and result.score.value == 0.5
+
+
 @pytest.mark.parametrize("failure", ["frozen_engine_down", "server_error", "server_aborted", "no_logprobs"])
 async def test_infrastructure_failure_excludes_the_trajectory_and_counts_it(tmp_path: Path, failure: str) -> None:
     cfg = verl_config(tmp_path)

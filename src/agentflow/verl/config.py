@@ -58,6 +58,7 @@ FIELD_ROUTES: dict[str, str] = {
     "group_size": "actor_rollout_ref.rollout.n",
     "max_turns": "agent loop (flow.limits.max_turns)",
     "temperature": "actor_rollout_ref.rollout.temperature (and the planner's recorded sampling)",
+    "tool_call_cost": "agent loop: the reward each trajectory returns (FlowRunner scores with it)",
     "planner_max_tokens": "data.max_response_length (a planner turn's response) and the planner's max_tokens",
     "planner_prefix": "refused: the verl planner engine sends the chat-templated prompt ids unchanged",
     "rollout_engine": "refused when set: verl's rollout servers sample the planner (verl.rollout_backend), "
