@@ -187,3 +187,11 @@ def test_tool_call_cost_takes_off_each_call_after_the_first(tools, answer, value
     score = score_trajectory(question, trajectory, tool_call_cost=0.25)
     assert score.value == value and score.correct == (answer == "4")
     assert score_trajectory(question, trajectory).value == float(answer == "4")
+
+
+def test_answer_is_a_call_where_the_flow_offers_no_stop():
+    """Without `planner_stop` the flow marks a planner's `answer` invalid and runs no stop: a wasted turn."""
+    question = Question("q", "Two plus two?", "4", "exact_match", {})
+    turns = [Turn(index=1, tool="python", tool_valid=True), Turn(index=2, tool="answer", tool_valid=False)]
+    trajectory = Trajectory(question=question.question, answer="4", turns=turns)
+    assert score_trajectory(question, trajectory, tool_call_cost=0.25).value == 0.75

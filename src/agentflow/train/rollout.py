@@ -180,12 +180,13 @@ def expected_tool(question: Question, turn: int) -> str | None:
 
 def score_trajectory(question: Question, trajectory: Trajectory, *, tool_call_cost: float = 0.0) -> Score:
     """The reward of one trajectory: the scorer named by the question, on the flow's extracted answer, less
-    `tool_call_cost` for each tool call after the first (turns that named the planner's stop action are not
-    calls; a turn whose tool was invalid is one), never below 0. `correct` is the scorer's."""
+    `tool_call_cost` for each tool call after the first (a turn that took the planner's stop action is not a
+    call; a turn whose tool was invalid is one, `answer` included where the flow offers no stop), never below 0.
+    `correct` is the scorer's."""
     score = get_scorer(question.reward)(trajectory.answer, question.answer)
     if not tool_call_cost:
         return score
-    calls = sum(1 for turn in trajectory.turns if turn.tool != STOP_ACTION)
+    calls = sum(1 for turn in trajectory.turns if not (turn.tool == STOP_ACTION and turn.tool_valid))
     value = max(score.value - tool_call_cost * max(calls - 1, 0), 0.0)
     return score.model_copy(update={"value": value, "details": {**score.details, "tool_calls": calls,
                                                                 "tool_call_cost": tool_call_cost}})
