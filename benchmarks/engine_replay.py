@@ -62,7 +62,6 @@ def waves(records: list[dict[str, Any]], role: str, menu_per_rollout: bool) -> l
             if call is None:
                 continue
             if role == "planner" and menu_per_rollout and turn["index"] > 1:
-                call = json.loads(json.dumps(call))
                 first = turns[0]["planner"]["messages"][-1]["content"]
                 call["messages"][-1]["content"] = same_menu(first, call["messages"][-1]["content"])
             by_wave.setdefault(turn["index"], []).append(call)
