@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import xllamacpp
+
 from agentflow.bundled import bundled_model_path
 from agentflow.config import LlamaCppEngineConfig
 from agentflow.engines.base import Message, SamplingParams
@@ -118,7 +120,8 @@ def main() -> None:
                                 prompt_only=args.prompt_only))
     print(json.dumps({"rollouts": str(args.rollouts), "role": args.role, "base": args.base,
                       "threads": args.threads, "slots": args.slots, "prompt_only": args.prompt_only,
-                      "menu_per_rollout": args.menu_per_rollout, **result}))
+                      "menu_per_rollout": args.menu_per_rollout,
+                      "llamacpp_build": xllamacpp.get_system_info().strip(), **result}))
 
 
 if __name__ == "__main__":

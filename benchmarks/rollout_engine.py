@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import xllamacpp
 import yaml
 
 from agentflow.train.config import TrainConfig
@@ -71,7 +72,8 @@ def main() -> None:
               f"rollout {mean['seconds/rollout']:.0f}s + update {mean['seconds/update']:.0f}s"
               + (f" + sync {mean['sync/seconds']:.1f}s ({mean['sync/bytes'] / 2**20:.1f} MiB)"
                  if "sync/seconds" in mean else ""))
-    summary: dict[str, Any] = {"config": str(args.config), "steps": args.steps, "runs": runs}
+    summary: dict[str, Any] = {"config": str(args.config), "steps": args.steps, "runs": runs,
+                               "llamacpp_build": xllamacpp.get_system_info().strip()}
     if {"transformers", "llamacpp"} <= runs.keys():
         before, after = runs["transformers"], runs["llamacpp"]
         flow = TrainConfig.from_yaml(args.config).flow
