@@ -77,6 +77,20 @@ def test_a_pending_search_does_not_rewrite_the_next_pages_address(tab: Watched, 
         tab.ready()
 
 
+def test_a_pending_search_keeps_off_an_address_whose_hashchange_has_not_run_yet(tab: Watched,
+                                                                               runs: dict[str, Path]) -> None:
+    """The race behind the test above, made certain: the address changes without a hashchange (the browser
+    dispatches it later), then the search's redraw fires. The left page must see that the address is no longer
+    its own."""
+    with serving([runs["a"]]) as url:
+        page = tab.open(url)
+        page.clock.install()
+        page.fill("input[type=search]", "tag")
+        page.evaluate("history.pushState(null, '', '#/run/0/item/quiz%3A1%3A2')")  # no hashchange event
+        page.clock.run_for(500)
+        assert page.url.endswith("#/run/0/item/quiz%3A1%3A2")
+
+
 def test_eval_run_filters_search_and_item(tab: Watched, runs: dict[str, Path]) -> None:
     with serving([runs["a"]]) as url:
         page = tab.open(url)

@@ -70,9 +70,10 @@ function context(route, params, token) {
       if (token === current) live.hidden = exported || !on;
     },
     // Keep filters in the address, so reload and the back button return to the same view. A page left
-    // behind (a search's debounce firing after a link was followed) must not rewrite the new page's address.
+    // behind (a search's debounce firing after a link was followed) must not rewrite the new page's address,
+    // even before the browser has dispatched that link's hashchange (the address has changed already).
     setParams(values) {
-      if (token !== current) return;
+      if (token !== current || (location.hash.slice(1).split("?")[0] || "/") !== route) return;
       const query = new URLSearchParams(Object.entries(values).filter(([, v]) => v !== "" && v !== null));
       const text = query.toString();
       history.replaceState(null, "", "#" + route + (text ? "?" + text : ""));
