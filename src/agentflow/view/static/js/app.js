@@ -73,12 +73,18 @@ function context(route, params, token) {
     // behind (a search's debounce firing after a link was followed) must not rewrite the new page's address,
     // even before the browser has dispatched that link's hashchange (the address has changed already).
     setParams(values) {
-      if (token !== current || (location.hash.slice(1).split("?")[0] || "/") !== route) return;
+      if (token !== current || addressed()[0] !== route) return;
       const query = new URLSearchParams(Object.entries(values).filter(([, v]) => v !== "" && v !== null));
       const text = query.toString();
       history.replaceState(null, "", "#" + route + (text ? "?" + text : ""));
     },
   };
+}
+
+// The route and query the address names now.
+function addressed() {
+  const [path, query = ""] = location.hash.slice(1).split("?");
+  return [path || "/", query];
 }
 
 async function show() {
@@ -88,8 +94,7 @@ async function show() {
   timers = [];
   live.hidden = true;
   document.body.removeAttribute("data-ready");
-  const [path, query = ""] = location.hash.slice(1).split("?");
-  const route = path || "/";
+  const [route, query] = addressed();
   index = index || (await getJSON("/"));
   if (route === "/" && index.home !== "/") {
     location.replace("#" + index.home);
