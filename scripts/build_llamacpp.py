@@ -78,10 +78,12 @@ def sdist(project: str, version: str, index: str, work: Path) -> Path:
     return work / name.removesuffix(".tar.gz")
 
 
-def patch_llguidance(source: Path) -> None:
-    """Replace llama.cpp's llguidance block (git download + cargo build) by the installed wheel's library."""
+def patch_llguidance(source: Path, library: Path) -> None:
+    """Replace llama.cpp's llguidance block (git download + cargo build) by `library`, the installed wheel's."""
     cmake = source / "thirdparty/llama.cpp/common/CMakeLists.txt"
     text = cmake.read_text()
+    if "if (LLAMA_LLGUIDANCE)" not in text or "if (WIN32)" not in text:
+        raise SystemExit(f"{cmake} has no llguidance block of the layout this script patches: update the script")
     start = text.index("if (LLAMA_LLGUIDANCE)")
     inner = text.index("if (WIN32)", start)
     end = text.index("endif()\n", text.index("endif()\n", inner) + 1) + len("endif()\n")
@@ -90,12 +92,13 @@ def patch_llguidance(source: Path) -> None:
     # makes that link name the shared library.
     stand_in = source / "thirdparty/llama.cpp/build/llguidance/libllguidance.a"
     stand_in.parent.mkdir(parents=True, exist_ok=True)
-    stand_in.write_text(f"INPUT({os.environ['AGENTFLOW_LLGUIDANCE_LIBRARY']})\n")
+    stand_in.write_text(f"INPUT({library})\n")
 
 
-def cmake_args() -> str:
+def cmake_args(cpuinfo: str) -> str:
+    """llama.cpp's CMake options for the CPU that `cpuinfo` (the text of /proc/cpuinfo) describes."""
     flags = set()
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
+    for line in cpuinfo.splitlines():
         if line.startswith("flags"):
             flags = set(line.split(":", 1)[1].split())
             break
@@ -116,9 +119,10 @@ def main() -> None:
     header = sdist("llguidance", importlib.metadata.version("llguidance"), args.index, args.work)
     os.environ.update(AGENTFLOW_LLGUIDANCE_LIBRARY=str(library.resolve()),
                       AGENTFLOW_LLGUIDANCE_INCLUDE=str(header / "parser"),
-                      CMAKE_ARGS=cmake_args(), CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
+                      CMAKE_ARGS=cmake_args(Path("/proc/cpuinfo").read_text()),
+                      CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
     source = sdist("xllamacpp", xllamacpp_version, args.index, args.work)
-    patch_llguidance(source)
+    patch_llguidance(source, library.resolve())
     print(f"building xllamacpp {xllamacpp_version} with CMAKE_ARGS={os.environ['CMAKE_ARGS']}", flush=True)
     subprocess.run([sys.executable, "-m", "pip", "install", "--force-reinstall", "--no-deps", str(source)],
                    check=True)
