@@ -114,7 +114,9 @@ def main() -> None:
     parser.add_argument("--index", default="https://pypi.org/simple")
     args = parser.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    library = next(Path(llguidance.__file__).parent.glob("_lib*.so"))
+    library = next(Path(llguidance.__file__).parent.glob("_lib*.so"), None)
+    if library is None:
+        raise SystemExit(f"no compiled library beside {llguidance.__file__}: reinstall the llguidance wheel")
     xllamacpp_version = importlib.metadata.version("xllamacpp")
     header = sdist("llguidance", importlib.metadata.version("llguidance"), args.index, args.work)
     os.environ.update(AGENTFLOW_LLGUIDANCE_LIBRARY=str(library.resolve()),
