@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import html.parser
 import importlib.metadata
+import logging
 import os
 import subprocess
 import sys
@@ -36,6 +37,8 @@ import urllib.request
 from pathlib import Path
 
 import llguidance
+
+log = logging.getLogger("build_llamacpp")
 
 CPU_OPTIONS = {  # /proc/cpuinfo flag -> ggml's CMake option
     "avx": "GGML_AVX", "avx2": "GGML_AVX2", "fma": "GGML_FMA", "f16c": "GGML_F16C", "bmi2": "GGML_BMI2",
@@ -62,7 +65,8 @@ class _Links(html.parser.HTMLParser):
 
 
 def sdist(project: str, version: str, index: str, work: Path) -> Path:
-    """Download and unpack `project`'s source distribution of `version` from a PEP 503 index."""
+    """Download and unpack `project`'s source distribution of `version` from a PEP 503 index. (`pip download`
+    cannot: it prepares the metadata, and llguidance's build backend needs cargo for that.)"""
     name = f"{project}-{version}.tar.gz"
     page = f"{index.rstrip('/')}/{project}/"
     with urllib.request.urlopen(page, timeout=60) as reply:
@@ -113,6 +117,7 @@ def main() -> None:
     parser.add_argument("--work", type=Path, default=Path("/tmp/xllamacpp-build"))
     parser.add_argument("--index", default="https://pypi.org/simple")
     args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
     args.work.mkdir(parents=True, exist_ok=True)
     library = next(Path(llguidance.__file__).parent.glob("_lib*.so"), None)
     if library is None:
@@ -125,10 +130,13 @@ def main() -> None:
                       CMAKE_BUILD_PARALLEL_LEVEL=str(os.cpu_count() or 2))
     source = sdist("xllamacpp", xllamacpp_version, args.index, args.work)
     patch_llguidance(source, library.resolve())
-    print(f"building xllamacpp {xllamacpp_version} with CMAKE_ARGS={os.environ['CMAKE_ARGS']}", flush=True)
+    log.info("building xllamacpp %s with CMAKE_ARGS=%s", xllamacpp_version, os.environ["CMAKE_ARGS"])
     subprocess.run([sys.executable, "-m", "pip", "install", "--force-reinstall", "--no-deps", str(source)],
                    check=True)
-    subprocess.run([sys.executable, "-c", "import xllamacpp; print(xllamacpp.get_system_info())"], check=True)
+    # a fresh interpreter loads the new build (this one may hold the old library)
+    code = "import sys, xllamacpp; sys.stdout.write(xllamacpp.get_system_info())"
+    check = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+    log.info("the new build loads: %s", check.stdout.strip())
 
 
 if __name__ == "__main__":
