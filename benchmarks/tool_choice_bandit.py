@@ -54,8 +54,8 @@ PLAN_SEPARATOR = ">"
 
 
 def write_split(source: Path, out: Path, *, balance: bool = False, plan: bool = False) -> None:
-    """`source`'s questions with their first tool as the gold answer (`plan`: their whole tool sequence, joined
-    by `>`), scored by exact match. `balance`: as many
+    """`source`'s questions with their first tool as the gold answer, scored by exact match (`plan`: their tools
+    then `answer`, joined by `>`, scored by `plan_prefix`). `balance`: as many
     questions of each first tool (the first ones in the file of each: the smallest class's count), so that a
     batch stratified by `first_tool` holds as many questions for which `python` is right as for `wikipedia_search`."""
     questions = [json.loads(line) for line in source.read_text().splitlines() if line.strip()]
