@@ -13,6 +13,8 @@
 - `sampled:T1+T2`: the same, with one plan for every question in place of the right one. Beside
   `oracle_sampled`, what each plan earns each kind of question under sampling: the reward a rollout can get,
   so which choices training can be taught at all.
+- With `--temperature 0` both are greedy: the planner's own sub-goals as evaluated, its tools set. That is the
+  ceiling (and the constants) of a planner trained on its tool choice alone, whose sub-goals stay its own.
 
 Everything else (executor, tools, generator, scoring) is the config's evaluation flow, so these bound what
 training the planner can reach and what it must beat.
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import itertools
 import json
 import re
@@ -84,7 +87,8 @@ def scripted(questions: list[Question], plan, sub_goal, *, stop: bool) -> Script
 
 class RightTool(Engine):
     """The untrained planner at the rollout temperature, with the tool of each reply set by `plan` (by default
-    the right tools of the question's kind)."""
+    the right tools of the question's kind): the reply's schema allows that tool alone (so the sub-goal after it
+    is written for it), and a reply without a schema has its tool replaced."""
 
     supports_json_schema = True
 
@@ -97,8 +101,13 @@ class RightTool(Engine):
     async def generate(self, messages: list[Message], sampling: SamplingParams, *,
                        json_schema: dict | None = None) -> Completion:
         sampled = sampling.model_copy(update={"temperature": self.temperature})
-        completion = await self.inner.generate(messages, sampled, json_schema=json_schema)
         _, tool, _ = planned_step(self.by_text, messages, self.plan, stop=self.stop)
+        tool_field = (json_schema or {}).get("properties", {}).get("tool_name")
+        if tool_field is not None and tool in tool_field.get("enum", ()):
+            # the schema names the one tool, so the sub-goal the planner writes after it is written for it
+            json_schema = copy.deepcopy(json_schema)
+            json_schema["properties"]["tool_name"]["enum"] = [tool]
+        completion = await self.inner.generate(messages, sampled, json_schema=json_schema)
         try:
             reply = json.loads(completion.text)
         except ValueError:
@@ -164,6 +173,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="the first N held-out questions")
     parser.add_argument("--per-kind", type=int, default=None, help="the first N held-out questions of each kind")
     parser.add_argument("--out", default=None, help="also write the JSON summary here (rewritten after each mode)")
+    parser.add_argument("--temperature", type=float, default=None,
+                        help="the planner's temperature in oracle_sampled and sampled:* (default: the rollouts'); "
+                        "0 is greedy: the right tools with the sub-goals the planner writes when evaluated")
     args = parser.parse_args()
     cfg = TrainConfig.from_yaml(args.config)
     flow_cfg = cfg.eval_flow_config()
@@ -175,8 +187,8 @@ def main() -> None:
         if mode == "oracle":
             modes[mode] = scripted(questions, right_tools, oracle_sub_goal, stop=stop)
         elif mode == "oracle_sampled" or mode.startswith("sampled:"):
-            temperature = flow_cfg.roles.planner.sampling.temperature if cfg.temperature is None \
-                else cfg.temperature
+            temperature = args.temperature if args.temperature is not None else \
+                flow_cfg.roles.planner.sampling.temperature if cfg.temperature is None else cfg.temperature
             inner = build_engine(flow_cfg.engines[cfg.policy_engine_name])
             seq = [t for t in mode.removeprefix("sampled:").split("+") if t]
             plan = right_tools if mode == "oracle_sampled" else (lambda q, seq=seq: list(seq))
