@@ -8,8 +8,10 @@
 - `frozen`: the untrained planner itself (the config's policy engine, greedy as evaluated).
 - `const:T1+T2`: one constant sequence.
 - `oracle_sampled`: the untrained planner sampled at the training config's rollout temperature, its tool
-  replaced by the right one (then `answer`): its own sub-goal and context stay. What the right tool choice
-  earns under the rollouts' sampling, i.e. how clearly the reward tells a sampled planner which tool fits.
+  set to the right one (then `answer`) through the reply's schema: it writes its own sub-goal and context for
+  that tool. What the right tool choice earns under the rollouts' sampling, i.e. how clearly the reward tells a
+  sampled planner which tool fits. (`mixed_sampled_right_tool.json` and `mixed_sampled_plans.json` were measured
+  before the schema named the tool: the tool was replaced after the reply, written for the planner's own.)
 - `sampled:T1+T2`: the same, with one plan for every question in place of the right one. Beside
   `oracle_sampled`, what each plan earns each kind of question under sampling: the reward a rollout can get,
   so which choices training can be taught at all.
