@@ -189,8 +189,10 @@ def main() -> None:
         if mode == "oracle":
             modes[mode] = scripted(questions, right_tools, oracle_sub_goal, stop=stop)
         elif mode == "oracle_sampled" or mode.startswith("sampled:"):
-            temperature = args.temperature if args.temperature is not None else \
-                flow_cfg.roles.planner.sampling.temperature if cfg.temperature is None else cfg.temperature
+            temperature = args.temperature
+            if temperature is None:  # the rollouts' temperature
+                temperature = flow_cfg.roles.planner.sampling.temperature if cfg.temperature is None \
+                    else cfg.temperature
             inner = build_engine(flow_cfg.engines[cfg.policy_engine_name])
             seq = [t for t in mode.removeprefix("sampled:").split("+") if t]
             plan = right_tools if mode == "oracle_sampled" else (lambda q, seq=seq: list(seq))
