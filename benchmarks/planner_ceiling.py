@@ -2,6 +2,8 @@
 
 - `oracle`: scripted, the right tools of the question's kind in order (`tools` of each item), each with a
   sub-goal that names what to do, then the action `answer` (with `planner_stop`): the ceiling.
+- `oracle_question`: the same right tools, with the question itself as every sub-goal, as the constants have:
+  the ceiling and the constants compared at equal sub-goals.
 - `constants`: every constant tool sequence up to max_turns, the same for every question, the sub-goal being
   the question itself; with `planner_stop` each shorter sequence ends with `answer`, and `answer` alone (no
   tool) is one of them. The best of them is what a planner that learns one plan for every question reaches.
@@ -61,6 +63,11 @@ def oracle_sub_goal(question: Question, tool: str, turn: int) -> str:
         return f"Multiply the atomic number by {numbers[-1]}" if numbers else "Compute the answer from the lookup"
     return "Compute " + (" + " if "{c}" in question.meta.get("template", "") or "+" in question.question
                          else " * ").join(numbers)
+
+
+def question_sub_goal(question: Question, tool: str, turn: int) -> str:
+    """The sub-goal of the constants (and of `oracle_question`): the question itself, whatever the step."""
+    return question.question
 
 
 def planned_step(by_text: dict[str, Question], messages: list[Message], plan, *,
@@ -188,6 +195,8 @@ def main() -> None:
     for mode in args.modes.split(","):
         if mode == "oracle":
             modes[mode] = scripted(questions, right_tools, oracle_sub_goal, stop=stop)
+        elif mode == "oracle_question":
+            modes[mode] = scripted(questions, right_tools, question_sub_goal, stop=stop)
         elif mode == "oracle_sampled" or mode.startswith("sampled:"):
             temperature = args.temperature
             if temperature is None:  # the rollouts' temperature
@@ -204,7 +213,7 @@ def main() -> None:
                 if mode == "constants" else [tuple(t for t in mode.removeprefix("const:").split("+") if t)]
             for seq in sequences:
                 modes["const:" + "+".join(seq)] = scripted(
-                    questions, lambda q, seq=seq: list(seq), lambda q, tool, turn: q.question, stop=stop)
+                    questions, lambda q, seq=seq: list(seq), question_sub_goal, stop=stop)
         else:
             parser.error(f"unknown mode {mode!r}")
     results: dict[str, dict] = {}

@@ -65,3 +65,13 @@ def test_without_a_schema_the_replys_tool_is_replaced() -> None:
                         meta={"kind": "compute", "tools": ["python"]})
     planner = ceiling.RightTool(Recorder(), [question], 0.5, stop=True, plan=lambda q: ["wikipedia_search"])
     assert ask(planner, question.question, 1, None)["tool_name"] == "wikipedia_search"
+
+
+def test_oracle_question_plays_the_right_tools_with_the_question_as_every_sub_goal() -> None:
+    """The ceiling at the constants' sub-goal: what only the tool choice adds."""
+    question = Question(id="q", question="Multiply the atomic number of iron by 7.", answer="182", reward="em",
+                        meta={"kind": "lookup_compute", "tools": ["wikipedia_search", "python"]})
+    planner = ceiling.scripted([question], ceiling.right_tools, ceiling.question_sub_goal, stop=True)
+    replies = [ask(planner, question.question, turn, planner_schema(TOOLS)) for turn in (1, 2, 3)]
+    assert [r["tool_name"] for r in replies] == ["wikipedia_search", "python", "answer"]
+    assert {r["sub_goal"] for r in replies} == {question.question}
