@@ -54,7 +54,10 @@ def right_tools(question: Question) -> list[str]:
 
 
 def oracle_sub_goal(question: Question, tool: str, turn: int) -> str:
-    """What a planner that knows the plan would ask of this step."""
+    """What a planner that knows the plan would ask of this step: the task's own (`sub_goals`), else named here."""
+    named = question.meta.get("sub_goals")
+    if named:
+        return named[min(turn, len(named)) - 1]
     element = question.meta.get("element") or question.meta.get("source_title")
     if tool == "wikipedia_search":
         return f"Find the atomic number of {element.lower()}" if question.meta.get("atomic_number") else element

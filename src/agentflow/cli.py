@@ -185,15 +185,19 @@ def tool_list(
                                                 "of its MCP servers (they are started to be asked).")] = None,
 ) -> None:
     """Show the tool cards: the built-in tools, and those of the config's MCP servers."""
-    from agentflow.tools.base import tool_classes
+    from agentflow.tools.base import create_tool, tool_class_name, tool_classes
 
     classes = tool_classes()
     cards = [cls().card() for cls in classes.values()]
     try:
         flow_config = load_config(config)
-        unknown = [name for name in flow_config.tools if name not in classes]
+        unknown = [name for name, settings in flow_config.tools.items()
+                   if tool_class_name(name, settings) not in classes]
         if unknown:
             raise ConfigError(f"{config}: unknown tool(s) {', '.join(unknown)}; available: {', '.join(classes)}")
+        # tools the config offers under names of its own (`tool: CLASS`), with the description it gives them
+        cards += [create_tool(name, settings).card() for name, settings in flow_config.tools.items()
+                  if name not in classes]
         if flow_config.mcp_servers:
             from agentflow.tools.mcp.tool import mcp_cards
 

@@ -53,12 +53,12 @@ def _read_corpus(path: Path) -> list[_Document]:
     try:
         raw: Any = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as err:
-        raise ConfigError(f"cannot read the Wikipedia summaries at {path}: {err}") from err
+        raise ConfigError(f"cannot read the documents at {path}: {err}") from err
     items = raw.values() if isinstance(raw, dict) else raw
     docs = [_Document(str(item.get("title", "")), str(item.get("extract", "")))
             for item in items if isinstance(item, dict) and item.get("title")]
     if not docs:
-        raise ConfigError(f"{path} holds no articles with a title")
+        raise ConfigError(f"{path} holds no documents with a title")
     return docs
 
 

@@ -1,5 +1,6 @@
 """Question loading, the resumable sampler, and the shipped tasks."""
 
+import itertools
 import json
 import re
 from pathlib import Path
@@ -150,22 +151,28 @@ def test_mixed_needs_a_plan_per_kind_and_shares_no_element_or_phrasing_with_trai
         assert q.answer == str(expected)
 
 
-def test_the_mixed_flows_worked_examples_show_no_held_out_phrasing_or_element():
+@pytest.mark.parametrize("task", ["mixed", "mixed_kb"])
+def test_the_mixed_flows_worked_examples_show_no_held_out_phrasing_or_entity(task):
     """The executor's examples are in every prompt, held-out questions' included: training phrasings only."""
-    from agentflow.config import FlowConfig
-    from agentflow.train.tasks.mixed import TEMPLATES
+    import importlib
 
-    config = FlowConfig.from_yaml(Path(agentflow.__file__).parent / "configs" / "flow_mixed.yaml")
+    from agentflow.config import FlowConfig
+
+    templates = importlib.import_module(f"agentflow.train.tasks.{task}").TEMPLATES
+    config = FlowConfig.from_yaml(Path(agentflow.__file__).parent / "configs" / f"flow_{task}.yaml")
     examples = [e["question"] for tool in config.tools.values() for e in tool.get("examples", [])]
     assert len(examples) >= 4
-    heldout = load_questions(task_path("heldout", "mixed"), DataSettings())
-    elements = {q.meta["element"].split(" (")[0].lower() for q in heldout if q.meta.get("element")}
-    for template in (t for kind in TEMPLATES.values() for t in kind["heldout"]):
+    heldout = load_questions(task_path("heldout", task), DataSettings())
+    names = {word for q in heldout for field in ("element", "entity") if q.meta.get(field)
+             for word in re.findall(r"[a-z]+", q.meta[field].split(" (")[0].lower())}
+    names -= {"the", "express"} | {word for template in (t for kind in templates.values() for split in kind.values()
+                                                         for t in split) for word in re.findall(r"[a-z]+", template)}
+    for template in (t for kind in templates.values() for t in kind["heldout"]):
         parts = re.split(r"\{(\w+)\}", template)  # literal, field, literal, ...
         pattern = "".join(re.escape(part) if i % 2 == 0 else (r"\d+" if part in "abck" else ".+")
                           for i, part in enumerate(parts))
         assert not any(re.fullmatch(pattern, question) for question in examples), template
-    assert not any(word in elements for question in examples for word in re.findall(r"[a-z]+", question.lower()))
+    assert not any(word in names for question in examples for word in re.findall(r"[a-z]+", question.lower()))
 
 
 def test_cover_em_accepts_the_gold_inside_a_sentence_only_as_whole_tokens():
@@ -175,12 +182,12 @@ def test_cover_em_accepts_the_gold_inside_a_sentence_only_as_whole_tokens():
     assert not score("6873 * 683", "4694259").correct
 
 
-@pytest.mark.parametrize("task", ["lookup_compute", "mixed", "tool_use"])
+@pytest.mark.parametrize("task", ["lookup_compute", "mixed", "mixed_kb", "tool_use"])
 def test_shipped_tasks_regenerate_identically(task):
     """The generators are deterministic: rebuilding from the corpus gives the committed files."""
     wiki = pytest.importorskip("agentflow.wiki_index")
     from agentflow.bundled import wiki_summaries_path
-    from agentflow.train.tasks import GENERATORS
+    from agentflow.train.tasks import COLLECTIONS, GENERATORS
 
     try:
         summaries = json.loads(wiki_summaries_path().read_text(encoding="utf-8"))
@@ -191,6 +198,8 @@ def test_shipped_tasks_regenerate_identically(task):
     for split, records in splits.items():
         shipped = [json.loads(line) for line in task_path(split, task).read_text().splitlines()]
         assert shipped == records
+    for name, documents in (COLLECTIONS[task](summaries) if task in COLLECTIONS else {}).items():
+        assert json.loads((task_path("train", task).parent / "collections" / f"{name}.json").read_text()) == documents
 
 
 @pytest.mark.parametrize(("n", "batch_size", "seed"), [(280, 6, 6), (7, 3, 5), (10, 4, 0), (5, 5, 2)])
@@ -205,3 +214,60 @@ def test_no_batch_holds_a_question_twice_across_epoch_boundaries(n, batch_size, 
     again = BatchSampler(_items(n), batch_size=batch_size, seed=seed)
     epoch = [q.id for _ in range(per_epoch) for q in again.next_batch()]
     assert len(epoch) == len(set(epoch)) == per_epoch * batch_size  # each drawn at most once per epoch
+
+
+def test_mixed_kb_no_constant_holds_more_than_four_kinds_plans():
+    """The task's point, by construction: three turns hold the tools of at most four of its seven kinds, and a
+    kind whose tool is not called has its facts nowhere else (names are not words of the Wikipedia corpus)."""
+    from agentflow.train.tasks.mixed_kb import PLANS
+
+    tools = sorted({tool for plan in PLANS.values() for tool in plan})
+
+    def holds(sequence, plan):
+        it = iter(sequence)
+        return all(tool in it for tool in plan)  # `plan` is a subsequence of `sequence`
+
+    covered = [sum(holds(seq, plan) for plan in PLANS.values())
+               for n in range(4) for seq in itertools.product(tools, repeat=n)]
+    assert len(tools) == 6 and len(PLANS) == 7 and max(covered) == 4
+
+
+def test_mixed_kb_splits_share_no_entity_or_phrasing_and_every_fact_is_in_its_collection():
+    from agentflow.bundled import resolve_data_path
+    from agentflow.train.tasks.mixed_kb import COLLECTION_OF, PLANS, TEMPLATES
+
+    train = load_questions(task_path("train", "mixed_kb"), DataSettings())
+    heldout = load_questions(task_path("heldout", "mixed_kb"), DataSettings())
+    assert len(heldout) == 315 and {q.meta["kind"] for q in heldout} == set(PLANS)
+    for split in (train, heldout):
+        counts = {kind: sum(q.meta["kind"] == kind for q in split) for kind in PLANS}
+        assert len(set(counts.values())) == 1  # every kind equally often
+    for field in ("entity", "element", "template"):
+        assert not {q.meta.get(field) for q in train} & {q.meta.get(field) for q in heldout} - {None}
+    assert not {t for kind in TEMPLATES.values() for t in kind["train"]} & {
+        t for kind in TEMPLATES.values() for t in kind["heldout"]}
+    for kind, tool in COLLECTION_OF.items():
+        documents = json.loads(resolve_data_path(
+            f"bundled:tasks/mixed_kb/collections/{tool}.json").read_text(encoding="utf-8"))
+        by_title = {d["title"]: d["extract"] for d in documents}
+        asked = [q for q in train + heldout if q.meta["kind"] == kind]
+        assert len(by_title) == len(documents) > len({q.meta["entity"] for q in asked})  # some never asked
+        for q in asked:
+            assert q.meta["tools"] == [tool] and q.meta["entity"] in q.question
+            assert re.search(rf"\b{q.answer}\b", by_title[q.meta["entity"]])
+            assert len(q.meta["sub_goals"][0]) <= 40  # fits the flow's plan_chars
+
+
+def test_mixed_kb_a_held_out_question_finds_its_document_first_in_its_collection(tmp_path, monkeypatch):
+    """The look-ups can succeed: the real index over each shipped collection ranks the asked entity first."""
+    pytest.importorskip("bm25s")
+    from agentflow.bundled import resolve_data_path
+    from agentflow.train.tasks.mixed_kb import COLLECTION_OF
+    from agentflow.wiki_index import WikiIndex
+
+    monkeypatch.setenv("AGENTFLOW_CACHE", str(tmp_path))
+    heldout = load_questions(task_path("heldout", "mixed_kb"), DataSettings())
+    for kind, tool in COLLECTION_OF.items():
+        index = WikiIndex.load_or_build(resolve_data_path(f"bundled:tasks/mixed_kb/collections/{tool}.json"))
+        for q in (q for q in heldout if q.meta["kind"] == kind):
+            assert index.search(q.question, 1)[0].title == q.meta["entity"], q.question

@@ -8,6 +8,7 @@ from __future__ import annotations
 import abc
 import importlib
 import pkgutil
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar
 
@@ -19,6 +20,12 @@ from agentflow.textsafe import clean_text
 
 LLMCall = Callable[[list[Message]], Awaitable[Completion]]
 """How an LLM-backed tool asks its engine for text; the flow binds the engine and sampling settings."""
+
+
+def trim_text(text: str, limit: int) -> str:
+    """`text` with its whitespace collapsed, cut at a word boundary to at most `limit` characters (then " …")."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
 
 
 class ToolContext(BaseModel):
@@ -68,6 +75,10 @@ class ToolSettings(BaseModel):
     examples: list[ToolExample] | None = Field(
         None, description="Worked calls shown to the executor in place of the tool's own (None: the tool's "
         "own): a config can show a small executor the shape of its task's calls.")
+    description: str | None = Field(
+        None, description="The line the planner's menu shows for this tool, in place of the tool's own (None: "
+        "the tool's own). With `tool`, the same tool can be offered twice under two names, e.g. two "
+        "`document_search` tools over two collections, each described by what it holds.")
     input: dict[str, Any] | None = Field(
         None, description="A fixed input for every call of this tool; the executor model is not asked. In "
         "string values, {question} and {sub_goal} are replaced by the question and the planner's sub-goal (other "
@@ -106,8 +117,12 @@ class Tool(abc.ABC):
     #: of inventing one. With a single example the bundled 135M model copies the example's own name.
     examples: ClassVar[tuple[ToolExample, ...]] = ()
 
-    def __init__(self, settings: ToolSettings | None = None) -> None:
+    def __init__(self, settings: ToolSettings | None = None, *, name: str | None = None) -> None:
         self.settings = settings if settings is not None else self.settings_model()
+        if name is not None:  # one tool class offered under a name of the config's (`create_tool`)
+            self.name = name
+        if self.settings.description is not None:
+            self.description = self.settings.description
 
     def worked_examples(self) -> tuple[ToolExample, ...]:
         """The worked calls the executor is shown: the settings' when given, else the tool's own."""
@@ -177,14 +192,30 @@ def tool_classes() -> dict[str, type[Tool]]:
     return dict(sorted(_REGISTRY.items()))
 
 
+TOOL_KEY = "tool"
+"""Settings key naming the tool class when a config offers a tool under a name of its own."""
+
+
+def tool_class_name(name: str, settings: dict[str, Any] | None) -> str:
+    """The registered tool a config entry builds: its `tool` key, else its own name."""
+    return str((settings or {}).get(TOOL_KEY, name))
+
+
 def create_tool(name: str, settings: dict[str, Any] | None = None) -> Tool:
-    """Build one tool from its name and settings dict."""
+    """Build one tool from its config name and settings dict. The settings' `tool` key, when present, names the
+    registered tool to build, which is then offered under `name` (e.g. `staff_directory: {tool: document_search,
+    data_path: staff.json, description: ...}`)."""
+    settings = dict(settings or {})
+    kind = str(settings.pop(TOOL_KEY, name))
     classes = tool_classes()
-    if name not in classes:
-        raise UnknownToolError(f"unknown tool {name!r}; available: {', '.join(classes)}")
-    cls = classes[name]
+    if kind not in classes:
+        raise UnknownToolError(f"unknown tool {kind!r}; available: {', '.join(classes)}")
+    if kind != name and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_-]*", name):
+        raise ConfigError(f"tool name {name!r}: a tool offered under a name of its own needs letters, digits, "
+                          "'_' or '-' (a '.' is for MCP tools, SERVER.TOOL)")
+    cls = classes[kind]
     try:
-        parsed = cls.settings_model.model_validate(settings or {})
+        parsed = cls.settings_model.model_validate(settings)
     except ValidationError as err:
         raise ConfigError(f"bad settings for tool {name!r}: {validation_message(err, cls.settings_model)}") from None
-    return cls(parsed)
+    return cls(parsed, name=None if kind == name else name)

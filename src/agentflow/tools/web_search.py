@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentflow.errors import ConfigError, ToolError
 from agentflow.tools._http import request_json
-from agentflow.tools.base import Tool, ToolContext, ToolExample, ToolResult, ToolSettings, register_tool
+from agentflow.tools.base import Tool, ToolContext, ToolExample, ToolResult, ToolSettings, register_tool, trim_text
 
 Backend = Literal["searxng", "serper", "tavily"]
 
@@ -51,11 +51,6 @@ class _Hit:
     title: str
     url: str
     snippet: str
-
-
-def _trim(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[:limit].rsplit(" ", 1)[0] + " …"
 
 
 @register_tool
@@ -130,10 +125,10 @@ class WebSearchTool(Tool):
         if not isinstance(body, dict) or not isinstance(body.get(list_key, []), list):
             raise ToolError(f"the search backend returned JSON without a {list_key!r} list")
         hits = [_Hit(str(r.get("title") or ""), str(r.get(url_key) or ""),
-                     _trim(str(r.get(text_key) or ""), self.settings.max_chars))
+                     trim_text(str(r.get(text_key) or ""), self.settings.max_chars))
                 for r in body.get(list_key, []) if isinstance(r, dict)]
         raw_answer = body.get(answers_key) if answers_key else None
         if isinstance(raw_answer, list):
             raw_answer = next((a.get("answer", "") if isinstance(a, dict) else a for a in raw_answer), "")
-        answer = _trim(str(raw_answer), self.settings.max_chars) if raw_answer else ""
+        answer = trim_text(str(raw_answer), self.settings.max_chars) if raw_answer else ""
         return answer, [h for h in hits if h.title or h.snippet]

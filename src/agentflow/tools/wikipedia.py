@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentflow.errors import ToolError
 from agentflow.tools._http import USER_AGENT, request_json
-from agentflow.tools.base import Tool, ToolContext, ToolExample, ToolResult, ToolSettings, register_tool
+from agentflow.tools.base import Tool, ToolContext, ToolExample, ToolResult, ToolSettings, register_tool, trim_text
 from agentflow.wiki_index import WikiHit, WikiIndex, get_index
 
 
@@ -30,14 +30,6 @@ class WikipediaSettings(ToolSettings):
     api_url: str = Field("https://en.wikipedia.org/w/api.php", description="MediaWiki api.php endpoint.")
     timeout_s: float = Field(10.0, gt=0, description="Timeout of one MediaWiki request.")
     user_agent: str = Field(USER_AGENT, description="User-Agent sent to MediaWiki (add contact details).")
-
-
-def _trim(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    if len(text) <= limit:
-        return text
-    cut = text[:limit].rsplit(" ", 1)[0]
-    return f"{cut} …"
 
 
 @register_tool
@@ -75,7 +67,7 @@ class WikipediaSearchTool(Tool):
             hits = await asyncio.to_thread(index.search, args.query, args.top_k)
         else:
             hits = await self._mediawiki(args.query, args.top_k, min(self.settings.timeout_s, ctx.timeout_s))
-        rows = [{"title": h.title, "extract": _trim(h.extract, self.settings.max_chars), "score": round(h.score, 3),
+        rows = [{"title": h.title, "extract": trim_text(h.extract, self.settings.max_chars), "score": round(h.score, 3),
                  "url": "https://en.wikipedia.org/wiki/" + quote(h.title.replace(" ", "_"))} for h in hits]
         data = {"backend": self.settings.backend, "query": args.query, "hits": rows}
         if not rows:

@@ -3,10 +3,13 @@
 - `lookup_compute` (the default): a fact to look up, then arithmetic on it; two tools in sequence.
 - `mixed`: three kinds (compute, look up, look up then compute), each with its own tool sequence; the
   planner ends the turns itself.
+- `mixed_kb`: `mixed`'s three kinds and four look-ups in collections of its own, each a tool: seven kinds over six
+  tools, so that no constant tool sequence can hold more than four kinds' plans.
 - `tool_use`: one tool per question (arithmetic or a nationality); the earlier single-turn task.
 
 Each is a deterministic function of the corpus, a seed and the offline search index; the files live in
-`src/agentflow/data/tasks/<task>/{train,heldout}.jsonl`. Regenerate them all with
+`src/agentflow/data/tasks/<task>/{train,heldout}.jsonl` (and a task's own document collections, if it has any,
+in `<task>/collections/<name>.json`). Regenerate them all with
 `python -m agentflow.train.tasks`.
 """
 
@@ -19,14 +22,19 @@ from pathlib import Path
 from typing import Any
 
 from agentflow.errors import ConfigError
-from agentflow.train.tasks import lookup_compute, mixed, tool_use
+from agentflow.train.tasks import lookup_compute, mixed, mixed_kb, tool_use
 
 DEFAULT_TASK = lookup_compute.TASK_NAME
 GENERATORS: dict[str, Callable[..., dict[str, list[dict[str, Any]]]]] = {
     lookup_compute.TASK_NAME: lookup_compute.generate,
     mixed.TASK_NAME: mixed.generate,
+    mixed_kb.TASK_NAME: mixed_kb.generate,
     tool_use.TASK_NAME: tool_use.generate,
 }
+
+
+COLLECTIONS: dict[str, Callable[..., dict[str, list[dict[str, str]]]]] = {mixed_kb.TASK_NAME: mixed_kb.collections}
+"""Tasks whose questions are about document collections of their own (`document_search` tools)."""
 
 
 def task_dir(task: str = DEFAULT_TASK) -> Path:
@@ -61,3 +69,8 @@ def main() -> None:
     root = Path(__file__).resolve().parents[2] / "data" / "tasks"
     for name, generate in GENERATORS.items():
         write(root / name, generate(summaries, search=search))
+    for name, make in COLLECTIONS.items():
+        (root / name / "collections").mkdir(parents=True, exist_ok=True)
+        for collection, documents in make(summaries).items():
+            (root / name / "collections" / f"{collection}.json").write_text(
+                json.dumps(documents, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
