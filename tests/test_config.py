@@ -19,8 +19,9 @@ def test_shipped_flow_configs_load(name):
     assert config.roles.planner.engine in config.engines
 
 
-def test_the_mixed_flow_is_the_papers_and_never_cuts_a_planner_reply():
-    config = FlowConfig.from_yaml(CONFIGS / "flow_mixed.yaml")
+@pytest.mark.parametrize("name", ["flow_mixed.yaml", "flow_mixed_kb.yaml"])
+def test_the_mixed_flows_are_the_papers_and_never_cut_a_planner_reply(name):
+    config = FlowConfig.from_yaml(CONFIGS / name)
     assert config.planner_stop and config.limits.max_turns >= 3
     assert not any(settings.get("input") for settings in config.tools.values())  # the executor writes every call
     assert 2 * config.limits.plan_chars + 30 <= config.roles.planner.sampling.max_tokens

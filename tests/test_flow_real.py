@@ -91,3 +91,31 @@ async def test_the_bundled_executor_runs_on_past_its_call_and_the_call_is_kept()
     # what ran, and what the generator reads of the step, is the program without its comment
     assert turn.tool_call.data["code"] == "print(2009 * 544)"
     assert '"code": "print(2009 * 544)"' in trajectory.generator.messages[1]["content"]
+
+
+
+async def test_a_collection_tool_answers_a_mixed_kb_question_through_the_bundled_executor_and_generator():
+    """`mixed_kb`'s flow with the planner scripted to the right plan: the bundled executor writes the query, the
+    shipped collection's index finds the colleague, and the bundled generator gives the extension; the same
+    question asked of another collection finds no such colleague."""
+    import json
+    from pathlib import Path
+
+    import agentflow
+    from agentflow.engines.scripted import ScriptedEngine
+    from agentflow.tools.base import ToolContext
+
+    config = FlowConfig.from_yaml(Path(agentflow.__file__).parent / "configs" / "flow_mixed_kb.yaml")
+    question = "Rusva Bonvur has which phone extension?"  # a held-out question
+    staff = json.loads((Path(agentflow.__file__).parent / "data" / "tasks" / "mixed_kb" / "collections" /
+                        "staff_directory.json").read_text())
+    extension = next(d["extract"] for d in staff if d["title"] == "Rusva Bonvur").split()[2].rstrip(".")
+    planner = ScriptedEngine([json.dumps({"tool_name": "staff_directory", "sub_goal": question, "context": ""}),
+                              json.dumps({"tool_name": "answer", "sub_goal": "", "context": ""})])
+    async with Flow.from_config(config, engines={"policy": planner}) as flow:
+        trajectory = await flow.asolve(question)
+        shop = flow.tools["product_catalog"]
+        wrong = await shop.run(shop.parse_input({"query": question}), ToolContext(timeout_s=30))
+    assert trajectory.turns[0].tool_call.output.startswith(f"1. Rusva Bonvur: Phone extension {extension}.")
+    assert extension in trajectory.answer
+    assert wrong.output.startswith("No document matched")
