@@ -205,8 +205,8 @@ def create_tool(name: str, settings: dict[str, Any] | None = None) -> Tool:
     """Build one tool from its config name and settings dict. The settings' `tool` key, when present, names the
     registered tool to build, which is then offered under `name` (e.g. `staff_directory: {tool: document_search,
     data_path: staff.json, description: ...}`)."""
-    settings = dict(settings or {})
-    kind = str(settings.pop(TOOL_KEY, name))
+    kind = tool_class_name(name, settings)
+    settings = {key: value for key, value in (settings or {}).items() if key != TOOL_KEY}
     classes = tool_classes()
     if kind not in classes:
         raise UnknownToolError(f"unknown tool {kind!r}; available: {', '.join(classes)}")
