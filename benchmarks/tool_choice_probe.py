@@ -7,7 +7,9 @@ beside another run), so objectives can be told apart in minutes. It keeps the pl
 config's system prompt, question, tool menu shuffled per rollout, empty memory, step line), the bundled model and
 the LoRA of the training config, and reads the policy at one position: after `{"tool_name": "` (what the schema
 forces before the choice). An action's probability there is that of every token that starts it ("w", "wiki",
-"wikipedia", ... for `wikipedia_search`: the schema lets the reply start with any), renormalised over the actions.
+"wikipedia", ... for `wikipedia_search`: the schema lets the reply start with any), renormalised over the actions;
+a token that starts several ("p": `python` and `product_catalog`) gives its probability to each in the proportion
+of the tokens that continue it into that one, read one token later (a second forward pass).
 Four objectives, on the same batches (two questions of each kind, or with `--balance` half whose right first tool
 is `python` and half `wikipedia_search`), optionally after `--flatten-steps` (a start with no preference):
 
@@ -40,7 +42,7 @@ import random
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -82,22 +84,44 @@ class Probe:
         # 24 prompts of ~400 tokens took 18.8 GB without (killed on a 24 GB machine); it acts in train mode only
         self.model.gradient_checkpointing_enable()
         self.model.enable_input_require_grads()
-        # every token the schema lets the reply start an action with ("w", "wiki", "wikipedia" for
-        # wikipedia_search): the flow samples among all of them, so the action's probability is their total
-        starts: list[list[int]]
+        self.starts, self.shared = self.action_starts(first_token_only)
+
+    def action_starts(self, first_token_only: bool = False) -> tuple[list[list[int]], dict[int, dict[int, list[int]]]]:
+        """Every token the schema lets the reply start each action with ("w", "wiki", "wikipedia" for
+        wikipedia_search: the flow samples among all of them, so the action's probability is their total), and
+        the tokens that start several actions ("p": `python` and `product_catalog`) with, for each of those
+        actions, the tokens that continue it into that action alone ("ython", "roduct", ...).
+        `first_token_only`: each action's own first token alone, and none shared."""
         if first_token_only:
-            starts = [[self.tokenizer.encode(name, add_special_tokens=False)[0]] for name in self.actions]
-        else:
-            starts = [[] for _ in self.actions]
-            for token in range(len(self.tokenizer)):
-                text = self.tokenizer.decode([token])
-                owners = [k for k, name in enumerate(self.actions)
-                          if text and (name.startswith(text) or text.startswith(name + '"'))]
-                if len(owners) > 1:
-                    raise SystemExit(f"the token {text!r} starts more than one action of {self.actions}")
-                if owners:
-                    starts[owners[0]].append(token)
-        self.starts = starts
+            return [[self.tokenizer.encode(name, add_special_tokens=False)[0]] for name in self.actions], {}
+        starts: list[list[int]] = [[] for _ in self.actions]
+        shared: dict[int, dict[int, list[int]]] = {}
+        for token in range(len(self.tokenizer)):
+            owners = self.begun(self.tokenizer.decode([token]))
+            if len(owners) > 1:
+                shared[token] = self.continuations(token, owners)
+            elif owners:
+                starts[owners[0]].append(token)
+        return starts, shared
+
+    def begun(self, text: str) -> list[int]:
+        """The actions a reply whose value starts with `text` can still be."""
+        return [k for k, name in enumerate(self.actions)
+                if text and (name.startswith(text) or text.startswith(name + '"'))]
+
+    def continuations(self, token: int, owners: list[int]) -> dict[int, list[int]]:
+        """For each of `owners` (the actions `token` starts), the tokens after `token` that make it that action."""
+        text = self.tokenizer.decode([token])
+        split: dict[int, list[int]] = {owner: [] for owner in owners}
+        for following in range(len(self.tokenizer)):
+            piece = self.tokenizer.decode([following])
+            begun = self.begun(text + piece) if piece else []
+            if len(begun) > 1:
+                raise SystemExit(f"{text!r} then {piece!r} still starts several actions of {self.actions}: the "
+                                 "probe reads a choice at most two tokens deep")
+            if begun:
+                split[begun[0]].append(following)
+        return split
 
     def prompt(self, question: str, variant: int) -> str:
         traj = Trajectory(question=question, variant=variant)
@@ -117,14 +141,50 @@ class Probe:
         action. Temperature 0: each action's best token's logit (the argmax is the flow's greedy choice)."""
         return self.action_logits(self.next_logits(prompts), temperature)
 
-    def next_logits(self, prompts: list[str]) -> torch.Tensor:
+    def next_logits(self, prompts: list[str]) -> NextLogits:
+        """The (len(prompts), vocab) logits of the token after each prompt and, for each `shared` token, those of
+        the token after it (the prompts continued with it: one more forward pass each)."""
         encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        return self.model(**encoded, logits_to_keep=1).logits[:, -1]
+        logits = self.model(**encoded, logits_to_keep=1).logits[:, -1]
+        after = {}
+        for token in self.shared:
+            column = torch.full((len(prompts), 1), token)
+            after[token] = self.model(
+                input_ids=torch.cat([encoded["input_ids"], column], 1), logits_to_keep=1,
+                attention_mask=torch.cat([encoded["attention_mask"], torch.ones_like(column)], 1)).logits[:, -1]
+        return NextLogits(logits, after)
 
-    def action_logits(self, logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-        if temperature == 0:
-            return torch.stack([logits[:, tokens].max(-1).values for tokens in self.starts], -1)
-        return torch.stack([(logits[:, tokens] / temperature).logsumexp(-1) for tokens in self.starts], -1)
+    def action_logits(self, logits: NextLogits, temperature: float = 1.0) -> torch.Tensor:
+        """(rows, actions), as `logits` says; a `shared` token's probability goes to its actions in the proportion
+        of the tokens that continue it into each (temperature 0: all of it to the greedy continuation's)."""
+        columns = [_total(logits.first[:, tokens], temperature) for tokens in self.starts]
+        for token, split in self.shared.items():
+            owners = list(split)
+            after = torch.stack([_total(logits.after[token][:, split[k]], temperature) for k in owners], -1)
+            if temperature == 0:
+                best = after.argmax(-1)
+                for j, k in enumerate(owners):
+                    columns[k] = torch.where(best == j, torch.maximum(columns[k], logits.first[:, token]), columns[k])
+            else:
+                share = logits.first[:, token, None] / temperature + torch.log_softmax(after, -1)
+                for j, k in enumerate(owners):
+                    columns[k] = torch.logaddexp(columns[k], share[:, j])
+        return torch.stack(columns, -1)
+
+
+class NextLogits(NamedTuple):
+    first: torch.Tensor
+    """(rows, vocab) logits where the reply's value starts."""
+    after: dict[int, torch.Tensor]
+    """`Probe.shared` token -> (rows, vocab) logits of the token after it."""
+
+
+def _total(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """(rows,) log of the total exp(logit / temperature) of `logits`' (rows, tokens) columns; temperature 0: the
+    largest logit; no column: -inf."""
+    if logits.shape[1] == 0:
+        return torch.full(logits.shape[:1], float("-inf"), dtype=logits.dtype, device=logits.device)
+    return logits.max(-1).values if temperature == 0 else (logits / temperature).logsumexp(-1)
 
 
 def right_tool(item: dict[str, Any]) -> str:
@@ -137,14 +197,14 @@ def evaluate(probe: Probe, items: list[dict[str, Any]], at: int | str, temperatu
     chose: dict[str, Counter[str]] = defaultdict(Counter)
     probability: dict[str, list[torch.Tensor]] = defaultdict(list)
     p_right: dict[str, list[float]] = defaultdict(list)
-    allowed = [token for tokens in probe.starts for token in tokens]
+    allowed = [token for tokens in probe.starts for token in tokens] + list(probe.shared)
     shares = torch.zeros(len(allowed))
     probe.model.eval()
     with torch.no_grad():
         for start in range(0, len(items), 15):
             chunk = items[start:start + 15]
             logits = probe.next_logits([probe.prompt(q["question"], 0) for q in chunk])
-            shares += torch.softmax(logits[:, allowed] / temperature, -1).sum(0)
+            shares += torch.softmax(logits.first[:, allowed] / temperature, -1).sum(0)
             rows = zip(chunk, probe.action_logits(logits), probe.action_logits(logits, 0.0), strict=True)
             for item, row, greedy in rows:
                 kind, gold = item["kind"], probe.actions.index(right_tool(item))
@@ -164,8 +224,11 @@ def evaluate(probe: Probe, items: list[dict[str, Any]], at: int | str, temperatu
                 kind: round(sum(p < 0.01 for p in values) / len(values), 4)
                 for kind, values in sorted(p_right.items())},
             # which token a sampled reply starts each action with, at the sampling temperature, over all questions
-            "token_shares": {name: {probe.tokenizer.decode([token]): round(share_of[token], 3) for token in tokens}
-                             for name, tokens in zip(probe.actions, probe.starts, strict=True)}}
+            "token_shares": {
+                **{name: {probe.tokenizer.decode([token]): round(share_of[token], 3) for token in tokens}
+                   for name, tokens in zip(probe.actions, probe.starts, strict=True)},
+                **{" | ".join(probe.actions[k] for k in split): {probe.tokenizer.decode([token]): round(
+                    share_of[token], 3)} for token, split in probe.shared.items()}}}
 
 
 def mean_probability(actions: list[str], rows: list[torch.Tensor]) -> dict[str, float]:
@@ -266,6 +329,9 @@ def main() -> None:
     strata = by_tool if args.balance else by_kind
 
     probe = Probe(config, rank=args.rank, describe=dict(args.describe), first_token_only=args.first_token_only)
+    if args.token_action and probe.shared:
+        raise SystemExit("--token-action samples the token a reply starts with, which does not say the action when "
+                         f"it starts several ({', '.join(repr(probe.tokenizer.decode([t])) for t in probe.shared)})")
     params = [p for p in probe.model.parameters() if p.requires_grad]
     allowed = [token for tokens in probe.starts for token in tokens]
     owner = torch.tensor([k for k, tokens in enumerate(probe.starts) for _ in tokens])  # each allowed token's action
@@ -329,7 +395,7 @@ def main() -> None:
                         groups_without_signal=round(no_signal_groups(rewards, groups) / len(batch), 4))
         else:
             if args.token_action:  # the trainer's action: the token the reply starts with, among every allowed one
-                logprobs = torch.log_softmax(next_logits[:, allowed] / tau, -1)
+                logprobs = torch.log_softmax(next_logits.first[:, allowed] / tau, -1)
             else:
                 logprobs = torch.log_softmax(logits, -1)
             with torch.no_grad():
