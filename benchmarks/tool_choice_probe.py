@@ -54,6 +54,7 @@ from agentflow.tools.base import create_tool
 from agentflow.train.advantages import get_advantage, no_signal_groups
 from agentflow.train.config import TrainConfig
 from agentflow.train.data import default_paths
+from agentflow.train.logprobs import values_begun
 from agentflow.trajectory import Trajectory
 
 CHOICE_PREFIX = '{"tool_name": "'
@@ -105,9 +106,8 @@ class Probe:
         return starts, shared
 
     def begun(self, text: str) -> list[int]:
-        """The actions a reply whose value starts with `text` can still be."""
-        return [k for k, name in enumerate(self.actions)
-                if text and (name.startswith(text) or text.startswith(name + '"'))]
+        """The indices of the actions a reply whose value starts with `text` can still be."""
+        return [self.actions.index(name) for name in values_begun(text, self.actions)]
 
     def continuations(self, token: int, owners: list[int]) -> dict[int, list[int]]:
         """For each of `owners` (the actions `token` starts), the tokens after `token` that make it that action."""

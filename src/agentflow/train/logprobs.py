@@ -410,7 +410,7 @@ def action_tokens(response_ids: Sequence[int], action: int, allowed: torch.Tenso
     if chosen is None:
         return None
 
-    tokens = [t for t in allowed.nonzero().flatten().tolist() if _values_begun(decode([t]), values) == [chosen]]
+    tokens = [t for t in allowed.nonzero().flatten().tolist() if values_begun(decode([t]), values) == [chosen]]
     return tokens if response_ids[action] in tokens else None
 
 
@@ -428,7 +428,7 @@ def action_choices(allowed: torch.Tensor, schema: dict[str, Any] | None,
     groups: dict[str, list[int]] = {}
     alone: list[list[int]] = []
     for token in allowed.nonzero().flatten().tolist():
-        begun = _values_begun(decode([token]), values)
+        begun = values_begun(decode([token]), values)
         if len(begun) == 1:
             groups.setdefault(begun[0], []).append(token)
         else:
@@ -436,6 +436,6 @@ def action_choices(allowed: torch.Tensor, schema: dict[str, Any] | None,
     return list(groups.values()) + alone
 
 
-def _values_begun(piece: str, values: list[str]) -> list[str]:
+def values_begun(piece: str, values: list[str]) -> list[str]:
     """The enum values (of a JSON string) that a reply whose value starts with `piece` can still be."""
     return [v for v in values if piece and (v.startswith(piece) or piece.startswith(v + '"'))]
