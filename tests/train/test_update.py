@@ -574,6 +574,33 @@ def test_an_update_with_a_shared_prefix_takes_the_whole_rows_step(engine: Transf
     assert updater(engine).share_prefix
 
 
+def test_rows_with_one_prompt_run_it_once_and_take_the_whole_rows_step(engine: TransformersEngine) -> None:
+    """group_shares_menu: a group's first-turn rows have one prompt. The update runs each such prompt once for
+    its rows (the rows left over share their common start as before), and the step is the whole rows' step."""
+    rows = sample_rows(engine, 9, temperature=1.0, questions=["question 0"] * 4 + ["question 1 is longer"] * 4
+                       + ["question 2"])
+    assert len({tuple(r.prompt_ids) for r in rows}) == 3
+    batch = UpdateBatch(rows=rows, advantages=torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, 0.25, -0.25, 0.0]),
+                        row_group=["q0"] * 4 + ["q1"] * 4 + ["q2"], trajectories={"q0": 4, "q1": 4, "q2": 1})
+    start = {k: v.clone() for k, v in engine.model.state_dict().items()}
+
+    def step(**options) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        engine.model.load_state_dict(start)
+        metrics = updater(engine, learning_rate=0.01, micro_batch_rows=3, **options).grpo(
+            batch, temperature=1.0, step=1)
+        return {k: v - start[k] for k, v in engine.model.state_dict().items()}, metrics
+
+    shared, shared_metrics = step()
+    whole, whole_metrics = step(share_prompt_prefix=False)
+    # every prompt but its last token, once for the 4 rows of each group
+    saved = 3 * (len(rows[0].prompt_ids) - 1) + 3 * (len(rows[4].prompt_ids) - 1)
+    assert shared_metrics["update/prefix_tokens_saved"] == saved
+    assert any(v.abs().max() > 1e-4 for v in whole.values())
+    for name, delta in whole.items():
+        assert torch.allclose(shared[name], delta, atol=1e-6), name
+    assert shared_metrics["loss"] == pytest.approx(whole_metrics["loss"], rel=1e-5, abs=1e-6)
+
+
 @pytest.mark.slow
 def test_the_bundled_planner_with_lora_takes_the_same_step_with_a_shared_prefix() -> None:
     """The bundled SmolLM2 with a LoRA adapter, on planner prompts of the mixed flow (one system message, several

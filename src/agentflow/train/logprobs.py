@@ -375,14 +375,15 @@ def action_positions(packed: PackedRows, actions: Sequence[int | None] | None = 
     return positions
 
 
-def micro_batches(rows: Sequence[TurnRow], *, max_rows: int, max_tokens: int) -> list[list[int]]:
-    """Row indices grouped into micro-batches of similar length (less padding), each within both caps."""
+def micro_batches(rows: Sequence[TurnRow], *, max_rows: int, max_tokens: int, prefix: int = 0) -> list[list[int]]:
+    """Row indices grouped into micro-batches of similar length (less padding), each within both caps; the
+    tokens counted leave out the first `prefix` of each row (a `SharedPrefix` holds them)."""
     order = sorted(range(len(rows)), key=lambda i: len(rows[i].prompt_ids) + len(rows[i].response_ids))
     batches: list[list[int]] = []
     current: list[int] = []
     longest = 0
     for i in order:
-        length = len(rows[i].prompt_ids) + len(rows[i].response_ids)
+        length = len(rows[i].prompt_ids) - prefix + len(rows[i].response_ids)
         if current and (len(current) >= max_rows or max(longest, length) * (len(current) + 1) > max_tokens):
             batches.append(current)
             current, longest = [], 0

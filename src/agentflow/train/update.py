@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 import random
 import time
+from collections import defaultdict
+from collections.abc import Iterator
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from typing import Any
@@ -29,6 +31,7 @@ import torch
 
 from agentflow.train.config import TrainConfig
 from agentflow.train.logprobs import (
+    MIN_SHARED_PREFIX,
     SharedPrefix,
     action_choices,
     action_index,
@@ -151,8 +154,9 @@ class PolicyUpdater:
         return pack_rows(rows, pad_id=self.pad_id, device=self.device, allowed=[r.allowed for r in rows],
                          vocab_size=self.vocab_size, prefix=prefix.length if prefix else 0)
 
-    def _micro_batches(self, rows: list[TurnRow]) -> list[list[int]]:
-        return micro_batches(rows, max_rows=self.config.micro_batch_rows, max_tokens=self.config.micro_batch_tokens)
+    def _micro_batches(self, rows: list[TurnRow], prefix: int = 0) -> list[list[int]]:
+        return micro_batches(rows, max_rows=self.config.micro_batch_rows, max_tokens=self.config.micro_batch_tokens,
+                             prefix=prefix)
 
     def replay_masks(self, rows: list[TurnRow]) -> None:
         """Rebuild each constrained row's token masks (what the rollout could draw from) from its schema, and
@@ -301,11 +305,7 @@ class PolicyUpdater:
         # the bonus's normaliser: every row with an action, each probe for as many rows as it stands for
         actions = sum(_has_action(row) for row in rows) + sum(p.count for p in probes) if bonus > 0 else 0
         loss_total += self._probe_bonus(probes, bonus, actions, temperature, sums)
-        # the prompt start every row shares (the system message) runs once, not once per row
-        shared = SharedPrefix.of(self.model, rows, device=self.device) if self.share_prefix else None
-        if shared is not None:
-            sums["prefix_tokens_saved"] = sums.get("prefix_tokens_saved", 0.0) + shared.length * (len(rows) - 1)
-        for indices in self._micro_batches(rows):
+        for shared, indices in self._prefix_passes(rows, sums):
             packed = self._pack([rows[i] for i in indices], shared)
             logprobs, entropy, raw = response_logprobs(self.model, packed, temperature=temperature,
                                                        with_entropy=True, with_raw=gap is not None,
@@ -350,10 +350,46 @@ class PolicyUpdater:
             clipped += part["clip_fraction"] * weight
             for key, value in part.items():
                 sums[key] = sums.get(key, 0.0) + (value if key == "tokens" else value * weight)
-        if shared is not None:
-            shared.backward()
         grad_norm = self._step()
         return {"loss": loss_total, "grad_norm": grad_norm, "clipped_tokens": clipped, "tokens": tokens}
+
+    def _prefix_passes(self, rows: list[TurnRow], sums: dict[str, float]) -> Iterator[
+            tuple[SharedPrefix | None, list[int]]]:
+        """The micro-batches of `rows`, each with the `SharedPrefix` its rows start with (with
+        `share_prompt_prefix`), whose gradient is sent through it once its last micro-batch has run. Rows with the
+        same prompt (a group's first turn under `group_shares_menu`) run it once for all of them; the other rows
+        share the start every one of them has (the system message)."""
+        if not self.share_prefix:
+            for indices in self._micro_batches(rows):
+                yield None, indices
+            return
+        by_prompt: dict[tuple[int, ...], list[int]] = defaultdict(list)
+        for i, row in enumerate(rows):
+            by_prompt[tuple(row.prompt_ids)].append(i)
+        units: list[list[int]] = []
+        rest: list[int] = []
+        for prompt, members in by_prompt.items():
+            if len(members) > 1 and len(prompt) > MIN_SHARED_PREFIX:
+                units.append(members)
+            else:
+                rest.extend(members)
+        rest.sort()
+        for members in units:
+            prompt = rows[members[0]].prompt_ids
+            shared = SharedPrefix.run(self.model, torch.tensor([prompt[:-1]], device=self.device))
+            sums["prefix_tokens_saved"] = sums.get("prefix_tokens_saved", 0.0) + shared.length * (len(members) - 1)
+            for indices in self._micro_batches([rows[i] for i in members], prefix=shared.length):
+                yield shared, [members[j] for j in indices]
+            shared.backward()
+        if not rest:
+            return
+        shared = SharedPrefix.of(self.model, [rows[i] for i in rest], device=self.device)
+        if shared is not None:
+            sums["prefix_tokens_saved"] = sums.get("prefix_tokens_saved", 0.0) + shared.length * (len(rest) - 1)
+        for indices in self._micro_batches([rows[i] for i in rest]):
+            yield shared, [rest[j] for j in indices]
+        if shared is not None:
+            shared.backward()
 
     def _probe_bonus(self, probes: list[BonusProbe], bonus: float, actions: int, temperature: float,
                      sums: dict[str, float]) -> float:
