@@ -187,6 +187,12 @@ class TrainConfig(_Strict):
         "(never below 0): with it, a right answer reached in fewer calls pays more, so a group whose rollouts are "
         "all right still says which plan was shorter. 0: the paper's outcome reward alone. Training rewards only; "
         "accuracy and evaluation count right answers.")
+    group_shares_menu: bool = Field(
+        False, description="With the flow's shuffle_tools: the G trajectories of a question's group see one menu "
+        "order, drawn anew each step, instead of one order each. Their first prompt is then the same, so the group "
+        "compares G samples of one distribution (as GRPO's group does), and the update runs that prompt once for "
+        "the group (share_prompt_prefix). false: each rollout its own order (the trajectory's index in its group), "
+        "the same orders every step.")
     planner_max_tokens: int | None = Field(None, ge=1, description="Planner reply budget in tokens; overrides "
                                            "flow.roles.planner.sampling.max_tokens when set.")
     planner_prefix: str | None = Field(

@@ -193,18 +193,20 @@ def score_trajectory(question: Question, trajectory: Trajectory, *, tool_call_co
 
 
 async def run_rollouts(flow: Flow, questions: list[Question], *, group_size: int, concurrency: int,
-                       tool_call_cost: float = 0.0) -> RolloutBatch:
+                       tool_call_cost: float = 0.0, variant: int | None = None) -> RolloutBatch:
     """Run `group_size` trajectories per question concurrently (at most `concurrency` in flight), each scored
-    with `score_trajectory` (`tool_call_cost`: see there)."""
+    with `score_trajectory` (`tool_call_cost`: see there). Each trajectory's `variant` (its menu order) is its index
+    in the group, or `variant` for all (a group's trajectories then share their menu)."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     gate = asyncio.Semaphore(concurrency)
 
     async def one(question: Question, index: int) -> Rollout:
-        trajectory = Trajectory(question=question.question, variant=index, stop_reason="error")
+        order = index if variant is None else variant
+        trajectory = Trajectory(question=question.question, variant=order, stop_reason="error")
         try:
             async with gate:
-                trajectory = await flow.asolve(question.question, variant=index)
+                trajectory = await flow.asolve(question.question, variant=order)
             failure = trajectory.infrastructure_failure
             if failure is None:
                 return Rollout(question, index, trajectory, score_trajectory(question, trajectory,

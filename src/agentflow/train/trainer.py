@@ -325,7 +325,8 @@ class Trainer:
         cfg = self.config
         metrics: dict[str, Any] = self._sync_rollout_policy()
         batch = await run_rollouts(self.flow, questions, group_size=cfg.group_size,
-                                   concurrency=cfg.rollout_concurrency, tool_call_cost=cfg.tool_call_cost)
+                                   concurrency=cfg.rollout_concurrency, tool_call_cost=cfg.tool_call_cost,
+                                   variant=self.step if cfg.group_shares_menu else None)
         metrics.update({"seconds/rollout": batch.seconds, **batch.metrics()})
         roles = cfg.train_roles
         by_role = {role: batch.rows(engine_logprobs=self.rollout_policy is not None, role=role) for role in roles}

@@ -59,6 +59,8 @@ FIELD_ROUTES: dict[str, str] = {
     "max_turns": "agent loop (flow.limits.max_turns)",
     "temperature": "actor_rollout_ref.rollout.temperature (and the planner's recorded sampling)",
     "tool_call_cost": "agent loop: the reward each trajectory returns (FlowRunner scores with it)",
+    "group_shares_menu": "refused when true: verl's agent loop draws each trajectory's menu order from its own "
+                         "request id",
     "planner_max_tokens": "data.max_response_length (a planner turn's response) and the planner's max_tokens",
     "planner_prefix": "refused: the verl planner engine sends the chat-templated prompt ids unchanged",
     "rollout_engine": "refused when set: verl's rollout servers sample the planner (verl.rollout_backend), "
@@ -189,6 +191,9 @@ class VerlTrainConfig(TrainConfig):
             if used:
                 raise _refuse(f"{name}: {FIELD_ROUTES[name]}; remove it, or train with `agentflow train` (local "
                               "backend)")
+        if self.group_shares_menu:
+            raise _refuse(f"group_shares_menu: {FIELD_ROUTES['group_shares_menu']}; remove it, or train with "
+                          "`agentflow train` (local backend)")
         if self.action_loss_share is not None:
             raise _refuse(f"action_loss_share: {FIELD_ROUTES['action_loss_share']}; remove it, or train with "
                           "`agentflow train` (local backend)")
