@@ -25,6 +25,9 @@ is `python` and half `wikipedia_search`), optionally after `--flatten-steps` (a 
   actions is moved by those scores (as `exact` with the group's estimates in place of the true rewards; an
   action no sample chose scores 0).
 
+With `--shared-prompt` (grpo, group_all) a question's G samples come from one prompt (its menu shuffled once a
+question a step, as the trainer's `group_shares_menu`), read once: a large G costs one forward pass a question.
+
     python benchmarks/tool_choice_probe.py --objective sft --out runs/probe_sft.json
     python benchmarks/tool_choice_probe.py --objective exact --balance --steps 40 --out runs/probe_exact_bal.json
     python benchmarks/tool_choice_probe.py --steps 0 --describe "python=Calculator: computes arithmetic on numbers." \
@@ -251,6 +254,12 @@ def group_action_estimates(chosen: torch.Tensor, rewards: torch.Tensor, samples:
     return estimate
 
 
+def repeat_rows(logits: NextLogits, times: int) -> NextLogits:
+    """`logits` with each row repeated `times` times in place (a question's G samples after it)."""
+    return NextLogits(logits.first.repeat_interleave(times, 0),
+                      {token: rows.repeat_interleave(times, 0) for token, rows in logits.after.items()})
+
+
 def menu_text(value: str) -> tuple[str, str]:
     """`--describe ACTION=TEXT` as (action, text)."""
     action, sep, text = value.partition("=")
@@ -296,6 +305,10 @@ def main() -> None:
                         help="grpo: sample and train the token the reply starts with ('w', 'p', 'python', ...: "
                              "the trainer's action) rather than the action (the total over its tokens); the reward "
                              "is still the action's")
+    parser.add_argument("--shared-prompt", action="store_true",
+                        help="grpo, group_all: a question's G samples share one prompt (the menu shuffled once a "
+                             "question a step, not once a sample), so its action distribution is read once and G "
+                             "costs nothing: the sampling noise of a large group at the price of a small one")
     parser.add_argument("--save-adapter", type=Path, metavar="DIR",
                         help="write the LoRA adapter at the end of the run (with --steps 0: the flattened start) "
                              "where a training config's `flow.engines.policy.adapter` can start from it")
@@ -372,9 +385,15 @@ def main() -> None:
         samples = group if args.objective in ("grpo", "group_all") else 1
         items = [q for q in batch for _ in range(samples)]
         probe.model.train()  # no dropout (LoRA dropout is the config's, 0 in train_mixed.yaml); checkpointing on
-        prompts = [probe.prompt(q["question"], k % samples) for k, q in enumerate(items)]
+        shared = args.shared_prompt and samples > 1
+        if shared:  # one menu order a question this step, read once; its G samples all drawn from it
+            prompts = [probe.prompt(q["question"], step) for q in batch]
+        else:
+            prompts = [probe.prompt(q["question"], k % samples) for k, q in enumerate(items)]
         tau = temperature if samples > 1 else 1.0  # sampled objectives: the policy the rollouts sample
         next_logits = probe.next_logits(prompts)
+        if shared:
+            next_logits = repeat_rows(next_logits, samples)
         logits = probe.action_logits(next_logits, tau)
         gold = torch.tensor([probe.actions.index(right_tool(q)) for q in items])
         groups = [str(k // samples) for k in range(len(items))]
@@ -415,6 +434,8 @@ def main() -> None:
         if args.kl_coef:
             with torch.no_grad(), probe.model.disable_adapter():
                 reference = torch.log_softmax(probe.logits(prompts, tau), -1)
+            if shared:
+                reference = reference.repeat_interleave(samples, 0)
             current = torch.log_softmax(logits, -1)
             kl = (current.exp() * (current - reference)).sum(-1).mean()
             line["kl"] = round(float(kl.detach()), 4)
