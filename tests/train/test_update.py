@@ -548,13 +548,10 @@ def test_a_shared_prefix_gives_the_whole_rows_log_probs_and_gradient(engine: Tra
         assert (grad - split_grads[name]).norm() <= 1e-5 * grad.norm() + 1e-6, name
 
 
-def test_an_update_with_a_shared_prefix_takes_the_whole_rows_step(engine: TransformersEngine) -> None:
-    """share_prompt_prefix: the rows' common prompt start runs once per optimiser step; the step is the one the
-    whole rows give. Under activation checkpointing (a recomputed layer would add the prefix to its cache twice)
-    nothing is shared."""
-    rows = sample_rows(engine, 8, temperature=1.0)
-    batch = UpdateBatch(rows=rows, advantages=torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, 0.0, 0.0]),
-                        row_group=["q0"] * 4 + ["q1"] * 4, trajectories={"q0": 4, "q1": 4})
+def steps_with_and_without_prefix(engine: TransformersEngine, batch: UpdateBatch) -> tuple[
+        dict[str, torch.Tensor], dict[str, float], dict[str, torch.Tensor], dict[str, float]]:
+    """One step from the same start with `share_prompt_prefix` and without: each step's parameter change and
+    metrics."""
     start = {k: v.clone() for k, v in engine.model.state_dict().items()}
 
     def step(**options) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
@@ -563,8 +560,17 @@ def test_an_update_with_a_shared_prefix_takes_the_whole_rows_step(engine: Transf
             batch, temperature=1.0, step=1)
         return {k: v - start[k] for k, v in engine.model.state_dict().items()}, metrics
 
-    shared, shared_metrics = step()
-    whole, whole_metrics = step(share_prompt_prefix=False)
+    return *step(), *step(share_prompt_prefix=False)
+
+
+def test_an_update_with_a_shared_prefix_takes_the_whole_rows_step(engine: TransformersEngine) -> None:
+    """share_prompt_prefix: the rows' common prompt start runs once per optimiser step; the step is the one the
+    whole rows give. Under activation checkpointing (a recomputed layer would add the prefix to its cache twice)
+    nothing is shared."""
+    rows = sample_rows(engine, 8, temperature=1.0)
+    batch = UpdateBatch(rows=rows, advantages=torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, 0.0, 0.0]),
+                        row_group=["q0"] * 4 + ["q1"] * 4, trajectories={"q0": 4, "q1": 4})
+    shared, shared_metrics, whole, whole_metrics = steps_with_and_without_prefix(engine, batch)
     assert shared_metrics["update/prefix_tokens_saved"] >= 5 * 16 and "update/prefix_tokens_saved" not in whole_metrics
     assert any(v.abs().max() > 1e-4 for v in whole.values())
     for name, delta in whole.items():
@@ -582,16 +588,7 @@ def test_rows_with_one_prompt_run_it_once_and_take_the_whole_rows_step(engine: T
     assert len({tuple(r.prompt_ids) for r in rows}) == 3
     batch = UpdateBatch(rows=rows, advantages=torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, 0.25, -0.25, 0.0]),
                         row_group=["q0"] * 4 + ["q1"] * 4 + ["q2"], trajectories={"q0": 4, "q1": 4, "q2": 1})
-    start = {k: v.clone() for k, v in engine.model.state_dict().items()}
-
-    def step(**options) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-        engine.model.load_state_dict(start)
-        metrics = updater(engine, learning_rate=0.01, micro_batch_rows=3, **options).grpo(
-            batch, temperature=1.0, step=1)
-        return {k: v - start[k] for k, v in engine.model.state_dict().items()}, metrics
-
-    shared, shared_metrics = step()
-    whole, whole_metrics = step(share_prompt_prefix=False)
+    shared, shared_metrics, whole, whole_metrics = steps_with_and_without_prefix(engine, batch)
     # every prompt but its last token, once for the 4 rows of each group
     saved = 3 * (len(rows[0].prompt_ids) - 1) + 3 * (len(rows[4].prompt_ids) - 1)
     assert shared_metrics["update/prefix_tokens_saved"] == saved

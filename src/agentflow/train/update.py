@@ -31,7 +31,6 @@ import torch
 
 from agentflow.train.config import TrainConfig
 from agentflow.train.logprobs import (
-    MIN_SHARED_PREFIX,
     SharedPrefix,
     action_choices,
     action_index,
@@ -359,37 +358,23 @@ class PolicyUpdater:
         `share_prompt_prefix`), whose gradient is sent through it once its last micro-batch has run. Rows with the
         same prompt (a group's first turn under `group_shares_menu`) run it once for all of them; the other rows
         share the start every one of them has (the system message)."""
-        if not self.share_prefix:
-            for indices in self._micro_batches(rows):
-                yield None, indices
-            return
-        by_prompt: dict[tuple[int, ...], list[int]] = defaultdict(list)
-        for i, row in enumerate(rows):
-            by_prompt[tuple(row.prompt_ids)].append(i)
-        units: list[list[int]] = []
-        rest: list[int] = []
-        for prompt, members in by_prompt.items():
-            if len(members) > 1 and len(prompt) > MIN_SHARED_PREFIX:
-                units.append(members)
-            else:
-                rest.extend(members)
-        rest.sort()
-        for members in units:
-            prompt = rows[members[0]].prompt_ids
-            shared = SharedPrefix.run(self.model, torch.tensor([prompt[:-1]], device=self.device))
-            sums["prefix_tokens_saved"] = sums.get("prefix_tokens_saved", 0.0) + shared.length * (len(members) - 1)
-            for indices in self._micro_batches([rows[i] for i in members], prefix=shared.length):
+        parts = [list(range(len(rows)))]
+        if self.share_prefix:
+            by_prompt: dict[tuple[int, ...], list[int]] = defaultdict(list)
+            for i, row in enumerate(rows):
+                by_prompt[tuple(row.prompt_ids)].append(i)
+            parts = [members for members in by_prompt.values() if len(members) > 1]
+            parts.append(sorted(i for members in by_prompt.values() if len(members) == 1 for i in members))
+        for members in parts:
+            subset = [rows[i] for i in members]
+            shared = SharedPrefix.of(self.model, subset, device=self.device) if self.share_prefix else None
+            length = shared.length if shared is not None else 0
+            if shared is not None:
+                sums["prefix_tokens_saved"] = sums.get("prefix_tokens_saved", 0.0) + length * (len(members) - 1)
+            for indices in self._micro_batches(subset, prefix=length):
                 yield shared, [members[j] for j in indices]
-            shared.backward()
-        if not rest:
-            return
-        shared = SharedPrefix.of(self.model, [rows[i] for i in rest], device=self.device)
-        if shared is not None:
-            sums["prefix_tokens_saved"] = sums.get("prefix_tokens_saved", 0.0) + shared.length * (len(rest) - 1)
-        for indices in self._micro_batches([rows[i] for i in rest]):
-            yield shared, [rest[j] for j in indices]
-        if shared is not None:
-            shared.backward()
+            if shared is not None:
+                shared.backward()
 
     def _probe_bonus(self, probes: list[BonusProbe], bonus: float, actions: int, temperature: float,
                      sums: dict[str, float]) -> float:
