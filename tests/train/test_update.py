@@ -598,6 +598,41 @@ def test_rows_with_one_prompt_run_it_once_and_take_the_whole_rows_step(engine: T
     assert shared_metrics["loss"] == pytest.approx(whole_metrics["loss"], rel=1e-5, abs=1e-6)
 
 
+@pytest.mark.parametrize("action_logprob", ["token", "tool"])
+def test_rows_cut_after_their_action_take_the_whole_rows_step(engine: TransformersEngine,
+                                                              action_logprob: str) -> None:
+    """With the whole weight on the action and no KL term a reply's tokens after its action carry no gradient, so
+    the update cuts each row there: the step, the loss and the action entropy are the whole rows' (each row's
+    weight from its whole length), and the tokens cut are counted. Any weight elsewhere keeps the rows whole."""
+    rows = sample_rows(engine, 8, temperature=1.0)
+    batch = UpdateBatch(rows=rows, advantages=torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, 0.25, -0.25]),
+                        row_group=["q0"] * 4 + ["q1"] * 4, trajectories={"q0": 4, "q1": 4})
+    start = {k: v.clone() for k, v in engine.model.state_dict().items()}
+
+    def step(cut: bool) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        engine.model.load_state_dict(start)
+        update = updater(engine, learning_rate=0.01, action_loss_share=1.0, action_logprob=action_logprob,
+                         action_entropy_coef=0.1)
+        assert update.cut_after_action
+        update.cut_after_action = cut
+        metrics = update.grpo(batch, temperature=1.0, step=1)
+        return {k: v - start[k] for k, v in engine.model.state_dict().items()}, metrics
+
+    cut, cut_metrics = step(True)
+    whole, whole_metrics = step(False)
+    after_action = sum(len(r.response_ids) - r.action - 1 for r in rows)
+    assert all(r.action >= 0 for r in rows) and after_action > 0
+    assert cut_metrics["update/response_tokens_cut"] == after_action
+    assert "update/response_tokens_cut" not in whole_metrics
+    assert any(v.abs().max() > 1e-4 for v in whole.values())
+    for name, delta in whole.items():
+        assert torch.allclose(cut[name], delta, atol=1e-6), name
+    assert cut_metrics["loss"] == pytest.approx(whole_metrics["loss"], rel=1e-5, abs=1e-6)
+    assert cut_metrics["action_entropy"] == pytest.approx(whole_metrics["action_entropy"], rel=1e-5)
+    assert not updater(engine, action_loss_share=0.9).cut_after_action
+    assert not updater(engine, action_loss_share=1.0, kl_coef=0.01).cut_after_action
+
+
 @pytest.mark.slow
 def test_the_bundled_planner_with_lora_takes_the_same_step_with_a_shared_prefix() -> None:
     """The bundled SmolLM2 with a LoRA adapter, on planner prompts of the mixed flow (one system message, several

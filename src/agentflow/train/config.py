@@ -251,7 +251,9 @@ class TrainConfig(_Strict):
         None, ge=0.0, le=1.0, description="Share of each reply's weight in the policy loss that its action token "
         "(the tool it named) carries; the rest is spread evenly over the reply's other free tokens (the sub-goal "
         "text). None: every token alike, the paper's 1/|a|, under which the one token that chose the tool gets "
-        "about 1/30 of a planner reply's gradient. The row's own weight (loss_aggregation) does not change.")
+        "about 1/30 of a planner reply's gradient. The row's own weight (loss_aggregation) does not change. "
+        "1.0 with kl_coef 0: the tokens after the action carry no gradient, so the update computes each row up to "
+        "its action only (the same step; the loss metrics, clip_fraction and entropy, are then over those tokens).")
     action_logprob: Literal["token", "tool"] = Field(
         "token", description="What the policy loss takes as the probability of a reply's action (its tool, "
         "`action_loss_share`). token: the token the reply drew there, as for every other token. tool: the total "

@@ -95,7 +95,8 @@ def row_weights(aggregation: str, *, response_lengths: torch.Tensor, row_traject
     return weights.to(torch.float32)
 
 
-def action_credit(mask: torch.Tensor, action: torch.Tensor, free: torch.Tensor, share: float) -> torch.Tensor:
+def action_credit(mask: torch.Tensor, action: torch.Tensor, free: torch.Tensor, share: float,
+                  lengths: torch.Tensor | None = None) -> torch.Tensor:
     """(rows, tokens) per-token multipliers that give each row's action token `share` of the row's weight and
     spread the rest evenly over the row's other free tokens (forced tokens carry no gradient and get 0).
 
@@ -104,13 +105,14 @@ def action_credit(mask: torch.Tensor, action: torch.Tensor, free: torch.Tensor, 
     so the row keeps its weight. A row whose action is its only free token puts it all there; a row without an
     action keeps 1s.
     `mask`: response tokens; `action`: each row's action position (`logprobs.action_positions`); `free`:
-    positions where more than one token could be drawn."""
+    positions where more than one token could be drawn; `lengths`: (rows,) each reply's whole length when the rows
+    are cut short of it (the length the row's weight was computed from); None: the mask's."""
     if not 0.0 <= share <= 1.0:
         raise ValueError(f"action share must be in [0, 1], got {share}")
     mask_b = mask.bool()
     action = action & mask_b
     others = free & mask_b & ~action
-    length = mask_b.sum(dim=1, keepdim=True).to(torch.float32)
+    length = (mask_b.sum(dim=1) if lengths is None else lengths.to(mask.device)).to(torch.float32)[:, None]
     n_others = others.sum(dim=1, keepdim=True).to(torch.float32)
     credit = torch.where(action, torch.where(n_others > 0, share * length, length), torch.zeros_like(length))
     credit = torch.where(others, (1.0 - share) * length / n_others.clamp(min=1.0), credit)

@@ -77,6 +77,21 @@ def _has_action(row: TurnRow) -> bool:
     return bool((row.allowed.sum(-1) > 1).any())
 
 
+def cut_after_action(row: TurnRow) -> TurnRow:
+    """`row` up to its action token (a copy), everything its loss sees when the action carries the whole weight;
+    the row itself when its action index is unknown or it has none."""
+    if row.action is None or row.action < 0:
+        return row
+    cut = row.action + 1
+
+    def head(values: list[float] | None) -> list[float] | None:
+        return None if values is None else values[:cut]
+
+    return replace(row, response_ids=row.response_ids[:cut], old_logprobs=row.old_logprobs[:cut],
+                   allowed=None if row.allowed is None else row.allowed[:cut],
+                   engine_logprobs=head(row.engine_logprobs), tis_weights=head(row.tis_weights))
+
+
 @dataclass
 class BonusProbe:
     """Rows whose only loss term is the action entropy bonus (advantage 0, no KL), as one row to compute."""
@@ -100,12 +115,9 @@ def bonus_probes(rows: list[TurnRow]) -> list[BonusProbe]:
             key: Any = id(row)  # the action is found from the masks when packed: keep the row whole
             probe = row
         else:
-            cut = row.action + 1
-            key = (row.role, tuple(row.prompt_ids), tuple(row.response_ids[:cut]),
+            probe = replace(cut_after_action(row), engine_logprobs=None, tis_weights=None)
+            key = (row.role, tuple(row.prompt_ids), tuple(probe.response_ids),
                    tuple(map(tuple, row.action_choices or ())))
-            probe = replace(row, response_ids=row.response_ids[:cut], old_logprobs=row.old_logprobs[:cut],
-                            allowed=None if row.allowed is None else row.allowed[:cut], engine_logprobs=None,
-                            tis_weights=None)
         if key in probes:
             probes[key].count += 1
         else:
@@ -142,6 +154,9 @@ class PolicyUpdater:
         # a layer recomputed under activation checkpointing would add the shared prefix's keys to its cache twice
         self.share_prefix = config.share_prompt_prefix and not config.gradient_checkpointing and \
             prefix_sharing_exact(model)
+        # with the whole weight on the action and no KL term, a reply's tokens after its action carry no gradient:
+        # the update cuts each row there (the step is the whole rows' step)
+        self.cut_after_action = config.action_loss_share == 1.0 and config.kl_coef == 0
         self.device = next(model.parameters()).device
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
 
@@ -276,8 +291,9 @@ class PolicyUpdater:
                 self.entropy_coef = max(cfg.action_entropy_coef,
                                         self.entropy_coef + (1 if below else -1) * cfg.action_entropy_coef_step)
         clip_last, tokens_last = sums.pop("clip_last_epoch", 0.0), sums.pop("tokens_last_epoch", 0.0)
-        if "prefix_tokens_saved" in sums:
-            metrics["update/prefix_tokens_saved"] = sums.pop("prefix_tokens_saved")
+        for saved in ("prefix_tokens_saved", "response_tokens_cut"):
+            if saved in sums:
+                metrics[f"update/{saved}"] = sums.pop(saved)
         metrics.update({k: v / tokens for k, v in sums.items()})
         if tokens_last:
             metrics["clip_fraction_last_epoch"] = clip_last / tokens_last
@@ -304,6 +320,11 @@ class PolicyUpdater:
         # the bonus's normaliser: every row with an action, each probe for as many rows as it stands for
         actions = sum(_has_action(row) for row in rows) + sum(p.count for p in probes) if bonus > 0 else 0
         loss_total += self._probe_bonus(probes, bonus, actions, temperature, sums)
+        lengths = torch.tensor([len(row.response_ids) for row in rows])  # what the row weights were computed from
+        if self.cut_after_action:
+            rows = [cut_after_action(row) for row in rows]
+            sums["response_tokens_cut"] = sums.get("response_tokens_cut", 0.0) + float(
+                lengths.sum() - sum(len(row.response_ids) for row in rows))
         for shared, indices in self._prefix_passes(rows, sums):
             packed = self._pack([rows[i] for i in indices], shared)
             logprobs, entropy, raw = response_logprobs(self.model, packed, temperature=temperature,
@@ -325,7 +346,8 @@ class PolicyUpdater:
                     weights_row = gap.weights(rows[i], raw[j, raw.shape[1] - k:])
                     packed.token_weights[j, packed.token_weights.shape[1] - k:] = torch.tensor(weights_row)
             if cfg.action_loss_share is not None:
-                credit = action_credit(packed.response_mask, action, free, cfg.action_loss_share).to(logprobs.device)
+                credit = action_credit(packed.response_mask, action, free, cfg.action_loss_share,
+                                       lengths=lengths[indices]).to(logprobs.device)
                 packed.token_weights = credit if packed.token_weights is None else packed.token_weights * credit
             ref_lp = None if ref is None else _right_aligned([ref[i] for i in indices], logprobs.shape[1]).to(
                 logprobs.device)
