@@ -45,7 +45,7 @@ def one_update(rollouts: Path, config: Path, setting: dict[str, Any], out: Path)
 
     raw = yaml.safe_load(config.read_text())
     if isinstance(raw.get("flow"), str):
-        raw["flow"] = str((config.parent / raw["flow"]).resolve())
+        raw["flow"] = yaml.safe_load((config.parent / raw["flow"]).read_text())  # as TrainConfig.from_yaml reads it
     raw.update(setting, output_dir=str(out), max_steps=1, eval_at_start=False, eval_every=0)
     cfg = TrainConfig.from_dict(raw)
     questions: dict[str, Question] = {}
@@ -60,7 +60,7 @@ def one_update(rollouts: Path, config: Path, setting: dict[str, Any], out: Path)
                                 Trajectory.model_validate(record["trajectory"]),
                                 Score(correct=record["reward"] > 0, value=record["reward"])))
 
-    async def replay(flow: Any, batch: Any, *, group_size: int, concurrency: int) -> RolloutBatch:
+    async def replay(flow: Any, batch: Any, **_: Any) -> RolloutBatch:  # run_rollouts's options do not matter
         return RolloutBatch(rollouts=recorded, seconds=0.0)
 
     trainer_module.run_rollouts = replay  # type: ignore[assignment]
@@ -68,7 +68,7 @@ def one_update(rollouts: Path, config: Path, setting: dict[str, Any], out: Path)
     trainer.out_dir.mkdir(parents=True, exist_ok=True)
     trainer._setup()
     metrics = asyncio.run(trainer._grpo_step(list(questions.values())))
-    keys = ("seconds/update", "rows", "loss", "grad_norm", "update/prefix_tokens_saved")
+    keys = ("seconds/update", "rows", "loss", "grad_norm", "update/prefix_tokens_saved", "update/response_tokens_cut")
     return {"setting": setting, **{key: metrics[key] for key in keys if key in metrics},
             "tokens": sum(len(c.completion.prompt_token_ids) + len(c.completion.token_ids)
                           for r in recorded for c in r.trajectory.role_calls("planner")),
