@@ -43,9 +43,7 @@ def one_update(rollouts: Path, config: Path, setting: dict[str, Any], out: Path)
     from agentflow.train.rollout import Rollout, RolloutBatch
     from agentflow.trajectory import Trajectory
 
-    raw = yaml.safe_load(config.read_text())
-    if isinstance(raw.get("flow"), str):
-        raw["flow"] = yaml.safe_load((config.parent / raw["flow"]).read_text())  # as TrainConfig.from_yaml reads it
+    raw = TrainConfig.from_yaml(config).model_dump()  # its flow file read as training reads it
     raw.update(setting, output_dir=str(out), max_steps=1, eval_at_start=False, eval_every=0)
     cfg = TrainConfig.from_dict(raw)
     questions: dict[str, Question] = {}
