@@ -24,7 +24,11 @@ Everything else (executor, tools, generator, scoring) is the config's evaluation
 training the planner can reach and what it must beat.
 
     python benchmarks/planner_ceiling.py --config src/agentflow/configs/train_mixed.yaml \
-        [--modes oracle,constants,frozen] [--per-kind N | --limit N] [--out FILE]
+        [--modes oracle,constants,frozen] [--per-kind N | --limit N] [--out FILE] [--records FILE]
+
+`--records FILE` also writes one JSON line per question and mode (`mode`, `id`, `kind`, `tools`, `answer`,
+`correct`): which questions a mode answers, e.g. those the generator answers with no tool (`--modes const:`) to
+list in the training config's `data.exclude_train_ids`.
 """
 
 from __future__ import annotations
@@ -139,7 +143,9 @@ def constant_sequences(tools: list[str], max_turns: int, *, stop: bool) -> list[
     return [seq for n in lengths for seq in itertools.product(tools, repeat=n)]
 
 
-async def measure(cfg: TrainConfig, questions: list[Question], planner: Engine | None) -> dict:
+async def measure(cfg: TrainConfig, questions: list[Question], planner: Engine | None,
+                  records: list[dict] | None = None) -> dict:
+    """The mode's summary; with `records`, one entry per question appended to it."""
     engines = {cfg.policy_engine_name: planner} if planner is not None else {}
     flow = Flow.from_config(cfg.eval_flow_config(), engines=engines)
     start = time.perf_counter()
@@ -156,6 +162,9 @@ async def measure(cfg: TrainConfig, questions: list[Question], planner: Engine |
         turns = r.trajectory.turns
         first[f"{kind} < {turns[0].tool if turns else None}"].append(right)
         sequences[" > ".join(str(t.tool) for t in turns)] += 1
+        if records is not None:
+            records.append({"id": r.question.id, "kind": kind, "tools": [t.tool for t in turns],
+                            "answer": r.trajectory.answer, "correct": right})
     n = sum(len(v) for v in kinds.values())
     return {"accuracy": round(sum(sum(v) for v in kinds.values()) / n, 4),
             "by_kind": {k: round(sum(v) / len(v), 4) for k, v in sorted(kinds.items())}, "questions": n,
@@ -185,6 +194,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="the first N held-out questions")
     parser.add_argument("--per-kind", type=int, default=None, help="the first N held-out questions of each kind")
     parser.add_argument("--out", default=None, help="also write the JSON summary here (rewritten after each mode)")
+    parser.add_argument("--records", default=None,
+                        help="also write one JSON line per question and mode here (rewritten after each mode)")
     parser.add_argument("--temperature", type=float, default=None,
                         help="the planner's temperature in oracle_sampled and sampled:* (default: the rollouts'); "
                         "0 is greedy: the right tools with the sub-goals the planner writes when evaluated")
@@ -220,9 +231,14 @@ def main() -> None:
         else:
             parser.error(f"unknown mode {mode!r}")
     results: dict[str, dict] = {}
+    records: list[dict] = []
     for mode, planner in modes.items():
-        results[mode] = asyncio.run(measure(cfg, questions, planner))
+        mode_records: list[dict] = []
+        results[mode] = asyncio.run(measure(cfg, questions, planner, mode_records))
         print(mode, json.dumps(results[mode]), flush=True)
+        if args.records:
+            records += [{"mode": mode, **r} for r in sorted(mode_records, key=lambda r: r["id"])]
+            Path(args.records).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
         if args.out:
             constants = {m: r["accuracy"] for m, r in results.items() if m.startswith("const:")}
             best = max(constants, key=constants.get) if constants else None

@@ -11,7 +11,7 @@ import agentflow
 from agentflow.errors import ConfigError
 from agentflow.scoring import get_scorer
 from agentflow.train.config import DataSettings
-from agentflow.train.data import BatchSampler, Question, load_questions
+from agentflow.train.data import BatchSampler, Question, load_questions, training_questions
 from agentflow.train.tasks import task_path
 from agentflow.train.tasks.tool_use import NATIONALITIES
 
@@ -46,6 +46,19 @@ def test_bad_files_are_named(tmp_path):
 
 def _items(n):
     return [Question(id=str(i), question=f"q{i}", answer=i, reward="exact_match") for i in range(n)]
+
+
+def test_excluded_ids_leave_the_training_questions_only_and_unknown_ones_are_named(tmp_path):
+    records = [{"id": f"q{i}", "question": f"Q{i}", "answer": str(i)} for i in range(4)]
+    train = write_jsonl(tmp_path / "train.jsonl", records)
+    settings = DataSettings(train_path=str(train), eval_path=str(train), exclude_train_ids=["q1", "q3"])
+    assert [q.id for q in training_questions(settings)] == ["q0", "q2"]
+    assert len(load_questions(settings.eval_path, settings)) == 4   # held-out questions are never dropped
+    assert len(training_questions(DataSettings(train_path=str(train)))) == 4
+    with pytest.raises(ConfigError, match="1 id.*'q9'"):
+        training_questions(DataSettings(train_path=str(train), exclude_train_ids=["q0", "q9"]))
+    with pytest.raises(ConfigError, match="every training question"):
+        training_questions(DataSettings(train_path=str(train), exclude_train_ids=[f"q{i}" for i in range(4)]))
 
 
 def test_sampler_covers_each_epoch_once_and_reshuffles():

@@ -146,3 +146,13 @@ def test_tool_call_cost_reaches_the_rewards_not_the_accuracy(config, tmp_path):
     step = next(json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()
                 if "seconds/rollout" in line)
     assert step["accuracy"] == 1.0 and step["reward_mean"] < 1.0 and step["no_signal_share"] < 1.0
+
+
+def test_excluded_training_questions_are_never_rolled_out(config, tmp_path):
+    """`data.exclude_train_ids` reaches the trainer's batches: two steps of two questions draw only the two kept."""
+    data = config.data.model_copy(update={"exclude_train_ids": ["q0", "q1", "q3", "q5"]})
+    cfg = config.model_copy(update={"data": data, "kl_coef": 0.0})
+    Trainer(cfg, engines={"helper": helper_engine()}).run()
+    drawn = {json.loads(line)["group"]
+             for step in (tmp_path / "run" / "rollouts").glob("step-*.jsonl") for line in step.read_text().splitlines()}
+    assert drawn == {"q2", "q4"}

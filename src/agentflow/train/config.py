@@ -107,6 +107,11 @@ class DataSettings(_Strict):
         "the mixed task): each epoch interleaves the shuffled strata in proportion to their sizes, so every batch "
         "holds each stratum in its share (equal strata, batch_size a multiple of their number: the same count of "
         "each). None: one shuffle of all questions.")
+    exclude_train_ids: list[str] = Field(
+        default_factory=list, description="Item ids dropped from the training questions (never from the held-out "
+        "ones), e.g. those the frozen flow answers with no tool, whose reward would teach answering at once "
+        "(`benchmarks/planner_ceiling.py --modes const: --records FILE` lists them). An id not in the training "
+        "questions is an error.")
 
 
 class RoleOptimSettings(_Strict):

@@ -88,6 +88,22 @@ def load_questions(path: str | Path, settings: DataSettings) -> list[Question]:
     return questions
 
 
+def training_questions(settings: DataSettings) -> list[Question]:
+    """The training questions (`train_path`, else the shipped task's split) less `exclude_train_ids`."""
+    questions = load_questions(settings.train_path or default_paths(settings.task)[0], settings)
+    if not settings.exclude_train_ids:
+        return questions
+    dropped = set(settings.exclude_train_ids)
+    unknown = sorted(dropped - {q.id for q in questions})
+    if unknown:
+        raise ConfigError(f"data.exclude_train_ids: {len(unknown)} id(s) not among the training questions, "
+                          f"e.g. {unknown[0]!r}")
+    kept = [q for q in questions if q.id not in dropped]
+    if not kept:
+        raise ConfigError("data.exclude_train_ids drops every training question")
+    return kept
+
+
 def default_paths(task: str | None = None) -> tuple[Path, Path]:
     """Train and held-out files of a shipped task (default: `lookup_compute`)."""
     from agentflow.train.tasks import DEFAULT_TASK, task_path
