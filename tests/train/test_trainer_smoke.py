@@ -156,3 +156,28 @@ def test_excluded_training_questions_are_never_rolled_out(config, tmp_path):
     drawn = {json.loads(line)["group"]
              for step in (tmp_path / "run" / "rollouts").glob("step-*.jsonl") for line in step.read_text().splitlines()}
     assert drawn == {"q2", "q4"}
+
+
+def test_a_planner_started_from_an_adapter_has_that_start_as_its_kl_reference(config, tmp_path):
+    """The reference is the policy as it starts (the paper's initial policy): a planner started from a trained
+    adapter is at KL 0 from it before its first optimiser step; with the base model as reference (the adapter
+    disabled, as before) this start measured 0.0066."""
+    from peft import LoraConfig, get_peft_model
+
+    from agentflow.engines.hf import load_policy
+
+    model, _ = load_policy()
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, task_type="CAUSAL_LM"))
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if "lora_B" in name:
+                weight.normal_(0.0, 0.05)   # a start that differs from the base (PEFT initialises B at 0)
+    model.save_pretrained(tmp_path / "start")
+    policy = config.flow.engines["policy"].model_copy(update={"adapter": str(tmp_path / "start")})
+    flow = config.flow.model_copy(update={"engines": {**config.flow.engines, "policy": policy}})
+    cfg = config.model_copy(update={"flow": flow, "max_steps": 1, "kl_coef": 0.01})
+    Trainer(cfg, engines={"helper": helper_engine()}).run()
+    step = next(json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+                if "seconds/rollout" in line)
+    assert step["kl_ref"] < 1e-4

@@ -222,8 +222,10 @@ class TrainConfig(_Strict):
     clip_low: float = Field(0.2, ge=0.0, description="Ratio clip below 1 - clip_low (PPO; Schulman et al. 2017).")
     clip_high: float = Field(0.28, ge=0.0, description="Ratio clip above 1 + clip_high; larger than clip_low "
                              "keeps exploration alive (DAPO's clip-higher; Yu et al. 2025).")
-    kl_coef: float = Field(0.001, ge=0.0, description="Weight of the KL penalty to the frozen reference; 0 "
-                           "skips the reference forward pass entirely.")
+    kl_coef: float = Field(0.001, ge=0.0, description="Weight of the KL penalty to the frozen reference: the "
+                           "policy as it starts (a planner-only run from `engines.policy.adapter`: that adapter, "
+                           "merged into a frozen copy; else the base model); 0 skips the reference forward pass "
+                           "entirely.")
     action_entropy_coef: float = Field(
         0.0, ge=0.0, description="Weight of an entropy bonus on each reply's action alone: the first token the "
         "policy chose freely (under the planner's schema, which tool). Adds -coef x the mean entropy of the "

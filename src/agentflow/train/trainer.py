@@ -210,7 +210,11 @@ class Trainer:
                 return LoraConfig(r=cfg.lora.rank, lora_alpha=cfg.lora.alpha, lora_dropout=cfg.lora.dropout,
                                   target_modules=cfg.lora.targets, task_type="CAUSAL_LM")
 
-            # an adapter loaded by load_policy(trainable=True) is PEFT's "default": the planner's, trained further
+            # an adapter loaded by load_policy(trainable=True) is PEFT's "default": the planner's, trained further.
+            # The reference is then that start (the paper's initial policy), not the base without it: a frozen copy
+            # with the adapter merged in. With other roles trained too, theirs is the base, so it stays the base.
+            if cfg.kl_coef > 0 and hasattr(model, "peft_config") and list(cfg.train_roles) == ["planner"]:
+                self.ref_model = copy.deepcopy(model).merge_and_unload().eval().requires_grad_(False)
             for role in cfg.train_roles:
                 name = adapter_name(role)
                 if not hasattr(model, "peft_config"):

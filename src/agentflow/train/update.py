@@ -187,7 +187,7 @@ class PolicyUpdater:
                     row.action_choices = action_choices(row.allowed[row.action], row.schema, decode)
 
     def ref_logprobs(self, rows: list[TurnRow], temperature: float) -> list[torch.Tensor]:
-        """Log-probs of every row's response tokens under the frozen reference (LoRA: adapter disabled), once
+        """Log-probs of every row's response tokens under the frozen reference (`ref_model`, else LoRA disabled), once
         per batch: one unpadded (len(response),) tensor per row, since the update groups rows differently."""
         out: list[torch.Tensor | None] = [None] * len(rows)
         if self.ref_model is not None:
