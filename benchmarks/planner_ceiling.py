@@ -49,7 +49,7 @@ from agentflow.engines.base import Completion, Engine, Message, SamplingParams
 from agentflow.engines.scripted import ScriptedEngine
 from agentflow.flow import Flow
 from agentflow.train.config import TrainConfig
-from agentflow.train.data import Question, default_paths, load_questions
+from agentflow.train.data import Question, held_out_questions
 from agentflow.train.rollout import run_rollouts
 
 
@@ -203,7 +203,7 @@ def main() -> None:
     cfg = TrainConfig.from_yaml(args.config)
     flow_cfg = cfg.eval_flow_config()
     stop = flow_cfg.planner_stop
-    questions = pick(load_questions(cfg.data.eval_path or default_paths(cfg.data.task)[1], cfg.data),
+    questions = pick(held_out_questions(cfg.data),
                      per_kind=args.per_kind, limit=args.limit)
     modes: dict[str, Engine | None] = {}
     for mode in args.modes.split(","):

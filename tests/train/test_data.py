@@ -11,7 +11,7 @@ import agentflow
 from agentflow.errors import ConfigError
 from agentflow.scoring import get_scorer
 from agentflow.train.config import DataSettings
-from agentflow.train.data import BatchSampler, Question, load_questions, training_questions
+from agentflow.train.data import BatchSampler, Question, held_out_questions, load_questions, training_questions
 from agentflow.train.tasks import task_path
 from agentflow.train.tasks.tool_use import NATIONALITIES
 
@@ -53,7 +53,7 @@ def test_excluded_ids_leave_the_training_questions_only_and_unknown_ones_are_nam
     train = write_jsonl(tmp_path / "train.jsonl", records)
     settings = DataSettings(train_path=str(train), eval_path=str(train), exclude_train_ids=["q1", "q3"])
     assert [q.id for q in training_questions(settings)] == ["q0", "q2"]
-    assert len(load_questions(settings.eval_path, settings)) == 4   # held-out questions are never dropped
+    assert len(held_out_questions(settings)) == 4   # held-out questions are never dropped
     assert len(training_questions(DataSettings(train_path=str(train)))) == 4
     with pytest.raises(ConfigError, match="1 id.*'q9'"):
         training_questions(DataSettings(train_path=str(train), exclude_train_ids=["q0", "q9"]))

@@ -104,6 +104,11 @@ def training_questions(settings: DataSettings) -> list[Question]:
     return kept
 
 
+def held_out_questions(settings: DataSettings) -> list[Question]:
+    """The held-out questions (`eval_path`, else the shipped task's split), all of them."""
+    return load_questions(settings.eval_path or default_paths(settings.task)[1], settings)
+
+
 def default_paths(task: str | None = None) -> tuple[Path, Path]:
     """Train and held-out files of a shipped task (default: `lookup_compute`)."""
     from agentflow.train.tasks import DEFAULT_TASK, task_path

@@ -37,7 +37,7 @@ from agentflow.flow import Flow
 from agentflow.train.advantages import no_signal_groups, role_advantages
 from agentflow.train.checkpoint import list_checkpoints, load_checkpoint, save_checkpoint
 from agentflow.train.config import TrainConfig
-from agentflow.train.data import BatchSampler, Question, default_paths, load_questions, training_questions
+from agentflow.train.data import BatchSampler, Question, held_out_questions, training_questions
 from agentflow.train.logprobs import plain_lm_head
 from agentflow.train.metrics import MetricsLogger
 from agentflow.train.policy import adapter_name, role_views
@@ -122,7 +122,7 @@ class Trainer:
             torch.set_num_threads(cfg.torch_threads)
         seed_everything(cfg.seed)
         self.train_items = training_questions(cfg.data)
-        self.eval_items = load_questions(cfg.data.eval_path or default_paths(cfg.data.task)[1], cfg.data)
+        self.eval_items = held_out_questions(cfg.data)
         if cfg.eval_size:
             self.eval_items = self.eval_items[:cfg.eval_size]
         overlap = {q.question for q in self.train_items} & {q.question for q in self.eval_items}

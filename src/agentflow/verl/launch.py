@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from agentflow.errors import ConfigError
-from agentflow.train.data import BatchSampler, default_paths, load_questions, training_questions
+from agentflow.train.data import BatchSampler, held_out_questions, training_questions
 from agentflow.verl.config import PLUGIN_MODULE, VerlTrainConfig, agentflow_section, verl_overrides
 
 log = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def prepare_data(cfg: VerlTrainConfig) -> tuple[Path, Path]:
     from agentflow.verl.data import write_parquet
 
     train = training_questions(cfg.data)
-    held_out = load_questions(cfg.data.eval_path or default_paths(cfg.data.task)[1], cfg.data)
+    held_out = held_out_questions(cfg.data)
     BatchSampler(train, batch_size=cfg.batch_size, seed=cfg.seed)  # raises when batch_size exceeds the data
     train_file, eval_file = data_files(cfg)
     return write_parquet(train, train_file), write_parquet(held_out, eval_file)
