@@ -4,6 +4,7 @@ sample has ratio 1), several updates per batch (the clip acts on the later ones)
 from __future__ import annotations
 
 import asyncio
+import copy
 from collections import Counter
 from dataclasses import replace
 
@@ -25,6 +26,7 @@ from agentflow.train.logprobs import (
     plain_lm_head,
     response_logprobs,
 )
+from agentflow.train.losses import kl_k3
 from agentflow.train.rollout import TurnRow
 from agentflow.train.update import PolicyUpdater, UpdateBatch, bonus_probes, mini_batch_groups
 from tests.engines.test_constrained import SCHEMA, byte_tokenizer
@@ -58,12 +60,22 @@ def sample_rows(engine: TransformersEngine, n: int, *, temperature: float = 1.0,
     return [TurnRow(i, r.prompt_token_ids, r.token_ids, r.logprobs, schema=schema) for i, r in enumerate(replies)]
 
 
-def updater(engine: TransformersEngine, **overrides) -> PolicyUpdater:
+def updater(engine: TransformersEngine, ref_model: torch.nn.Module | None = None, **overrides) -> PolicyUpdater:
     model = engine.model.requires_grad_(True)
     config = TrainConfig.from_dict({"kl_coef": 0.0, "micro_batch_rows": 4, **overrides})
     optimizer = torch.optim.SGD(model.parameters(), lr=config.learning_rate)
     return PolicyUpdater(config, model=model, optimizer=optimizer, policy=engine,
-                         pad_id=engine.tokenizer.pad_token_id, ref_model=None, chunked_head=plain_lm_head(model))
+                         pad_id=engine.tokenizer.pad_token_id, ref_model=ref_model, chunked_head=plain_lm_head(model))
+
+
+def perturbed(model: torch.nn.Module, scale: float = 0.05) -> torch.nn.Module:
+    """A frozen copy of `model` with noise on every weight: a KL reference the policy is not at."""
+    ref = copy.deepcopy(model).requires_grad_(False)
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for weight in ref.parameters():
+            weight.add_(torch.randn(weight.shape, generator=generator) * scale)
+    return ref
 
 
 def replayed(engine: TransformersEngine, update: PolicyUpdater, rows: list[TurnRow]):
@@ -275,6 +287,41 @@ def test_action_loss_share_one_trains_the_tool_token_alone(engine: TransformersE
         assert torch.allclose(got[name], delta, atol=1e-6), name
     paper = update_step()
     assert any(not torch.allclose(paper[n], want[n], atol=1e-6) for n in want)
+
+
+def test_the_kl_term_weighs_the_tokens_as_the_policy_term_does(engine: TransformersEngine) -> None:
+    """With the whole weight on the action, the KL term too is the action's alone: with every advantage 0 the step
+    is that of kl_coef x k3 at the action tokens, each row weighted as the paper weighs the reply (1/(B G) here).
+    The KL over every token, the paper's 1/|a| (as it was, which held the sub-goal text and barely the tool),
+    is another step (checked, so the comparison can fail)."""
+    rows = sample_rows(engine, 4)
+    batch = UpdateBatch(rows=rows, advantages=torch.zeros(4), row_group=["q0"] * 4, trajectories={"q0": 4})
+    start = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    reference = perturbed(engine.model)
+
+    def expected_step(only_action: bool) -> dict[str, torch.Tensor]:
+        engine.model.load_state_dict(start)
+        engine.model.zero_grad()
+        packed = replayed(engine, updater(engine), rows)
+        logprobs, _, _ = response_logprobs(engine.model, packed, temperature=1.0)
+        with torch.no_grad():
+            ref, _, _ = response_logprobs(reference, packed, temperature=1.0)
+        mask = packed.response_mask.float()
+        tokens = action_positions(packed, [r.action for r in rows]) if only_action else \
+            mask / mask.sum(dim=1, keepdim=True)
+        (0.5 * (kl_k3(logprobs, ref) * tokens * mask).sum() / 4).backward()
+        return {n: -0.01 * p.grad for n, p in engine.model.named_parameters() if p.grad is not None}
+
+    want = expected_step(only_action=True)
+    every_token = expected_step(only_action=False)
+    engine.model.load_state_dict(start)
+    metrics = updater(engine, ref_model=reference, learning_rate=0.01, max_grad_norm=1e9, action_loss_share=1.0,
+                      kl_coef=0.5).grpo(batch, temperature=1.0, step=1)
+    got = {n: p.detach() - start[n] for n, p in engine.model.named_parameters()}
+    assert metrics["kl_ref"] > 1e-3 and any(g.abs().max() > 1e-6 for g in want.values())
+    for name, delta in want.items():
+        assert torch.allclose(got[name], delta, atol=1e-6), name
+    assert any(not torch.allclose(every_token[n], want[n], atol=1e-6) for n in want)
 
 
 @pytest.fixture
@@ -598,21 +645,23 @@ def test_rows_with_one_prompt_run_it_once_and_take_the_whole_rows_step(engine: T
     assert shared_metrics["loss"] == pytest.approx(whole_metrics["loss"], rel=1e-5, abs=1e-6)
 
 
-@pytest.mark.parametrize("action_logprob", ["token", "tool"])
-def test_rows_cut_after_their_action_take_the_whole_rows_step(engine: TransformersEngine,
-                                                              action_logprob: str) -> None:
-    """With the whole weight on the action and no KL term a reply's tokens after its action carry no gradient, so
-    the update cuts each row there: the step, the loss and the action entropy are the whole rows' (each row's
-    weight from its whole length), and the tokens cut are counted. Any weight elsewhere keeps the rows whole."""
+@pytest.mark.parametrize(("action_logprob", "kl_coef"), [("token", 0.0), ("tool", 0.0), ("tool", 0.5)])
+def test_rows_cut_after_their_action_take_the_whole_rows_step(engine: TransformersEngine, action_logprob: str,
+                                                              kl_coef: float) -> None:
+    """With the whole weight on the action (the KL term's too) a reply's tokens after its action carry no gradient,
+    so the update cuts each row there, and its reference log-probs: the step, the loss and the action entropy are
+    the whole rows' (each row's weight from its whole length), and the tokens cut are counted. Any weight
+    elsewhere keeps the rows whole."""
     rows = sample_rows(engine, 8, temperature=1.0)
     batch = UpdateBatch(rows=rows, advantages=torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, 0.25, -0.25]),
                         row_group=["q0"] * 4 + ["q1"] * 4, trajectories={"q0": 4, "q1": 4})
     start = {k: v.clone() for k, v in engine.model.state_dict().items()}
+    reference = perturbed(engine.model) if kl_coef else None
 
     def step(cut: bool) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         engine.model.load_state_dict(start)
-        update = updater(engine, learning_rate=0.01, action_loss_share=1.0, action_logprob=action_logprob,
-                         action_entropy_coef=0.1)
+        update = updater(engine, reference, learning_rate=0.01, action_loss_share=1.0, action_logprob=action_logprob,
+                         action_entropy_coef=0.1, kl_coef=kl_coef)
         assert update.cut_after_action
         update.cut_after_action = cut
         metrics = update.grpo(batch, temperature=1.0, step=1)
@@ -629,8 +678,9 @@ def test_rows_cut_after_their_action_take_the_whole_rows_step(engine: Transforme
         assert torch.allclose(cut[name], delta, atol=1e-6), name
     assert cut_metrics["loss"] == pytest.approx(whole_metrics["loss"], rel=1e-5, abs=1e-6)
     assert cut_metrics["action_entropy"] == pytest.approx(whole_metrics["action_entropy"], rel=1e-5)
+    if kl_coef:
+        assert cut_metrics["kl_ref"] > 1e-3
     assert not updater(engine, action_loss_share=0.9).cut_after_action
-    assert not updater(engine, action_loss_share=1.0, kl_coef=0.01).cut_after_action
 
 
 @pytest.mark.slow

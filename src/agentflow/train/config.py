@@ -225,7 +225,8 @@ class TrainConfig(_Strict):
     kl_coef: float = Field(0.001, ge=0.0, description="Weight of the KL penalty to the frozen reference: the "
                            "policy as it starts (a planner-only run from `engines.policy.adapter`: that adapter, "
                            "merged into a frozen copy; else the base model); 0 skips the reference forward pass "
-                           "entirely.")
+                           "entirely. Per token, with the tokens weighted as action_loss_share weighs the policy "
+                           "term.")
     action_entropy_coef: float = Field(
         0.0, ge=0.0, description="Weight of an entropy bonus on each reply's action alone: the first token the "
         "policy chose freely (under the planner's schema, which tool). Adds -coef x the mean entropy of the "
@@ -258,9 +259,11 @@ class TrainConfig(_Strict):
         None, ge=0.0, le=1.0, description="Share of each reply's weight in the policy loss that its action token "
         "(the tool it named) carries; the rest is spread evenly over the reply's other free tokens (the sub-goal "
         "text). None: every token alike, the paper's 1/|a|, under which the one token that chose the tool gets "
-        "about 1/30 of a planner reply's gradient. The row's own weight (loss_aggregation) does not change. "
-        "1.0 with kl_coef 0: the tokens after the action carry no gradient, so the update computes each row up to "
-        "its action only (the same step; the loss metrics, clip_fraction and entropy, are then over those tokens).")
+        "about 1/30 of a planner reply's gradient. The row's own weight (loss_aggregation) does not change. The "
+        "KL term (kl_coef) is spread the same way, so that it holds back what the policy term moves. 1.0: the "
+        "tokens after the action carry no gradient, so the update computes each row (and its reference "
+        "log-probs) up to its action only (the same step; the loss metrics, clip_fraction, entropy and kl_ref, "
+        "are then over those tokens).")
     action_logprob: Literal["token", "tool"] = Field(
         "token", description="What the policy loss takes as the probability of a reply's action (its tool, "
         "`action_loss_share`). token: the token the reply drew there, as for every other token. tool: the total "

@@ -135,6 +135,7 @@ def clipped_surrogate_loss(
     row_trajectory: torch.Tensor | None = None,
     entropy: torch.Tensor | None = None,
     token_weights: torch.Tensor | None = None,
+    kl_weights: torch.Tensor | None = None,
 ) -> LossOutput:
     """-min(r A, clip(r, 1 - clip_low, 1 + clip_high) A) + kl_coef * KL(policy || ref), per token, summed with
     row weights.
@@ -143,8 +144,10 @@ def clipped_surrogate_loss(
     (rows,) weights `row_weights` gave for the whole batch (pass them sliced for a micro-batch); None: computed
     from `aggregation` over these rows alone (with `row_trajectory` for the paper's). `token_weights`:
     (rows, tokens) importance weights multiplying each token's clipped term (truncated importance sampling
-    for rollouts sampled by another engine; the KL term is not weighted); None: 1. Metrics (plain floats
-    over masked tokens): clip_fraction, approx_kl (k3 of policy vs rollout), kl_ref, entropy, ratio_mean.
+    for rollouts sampled by another engine; the KL term is not weighted); None: 1. `kl_weights`: (rows, tokens)
+    multipliers of each token's KL term (`action_credit`, so that the KL holds back what the policy term moves);
+    None: 1. Metrics (plain floats over masked tokens, unweighted): clip_fraction, approx_kl (k3 of policy vs
+    rollout), kl_ref, entropy, ratio_mean.
     """
     if logprobs.shape != old_logprobs.shape or logprobs.shape != mask.shape:
         raise ValueError(f"shape mismatch: logprobs {tuple(logprobs.shape)}, old_logprobs "
@@ -178,7 +181,10 @@ def clipped_surrogate_loss(
             known = ", ".join(KL_ESTIMATORS)
             raise ValueError(f"unknown KL estimator {kl_estimator!r}; known: {known}") from None
         if kl_coef:
-            per_token = per_token + kl_coef * kl_ref
+            if kl_weights is not None and kl_weights.shape != logprobs.shape:
+                raise ValueError(f"kl_weights shape {tuple(kl_weights.shape)} != logprobs {tuple(logprobs.shape)}")
+            penalty = kl_ref if kl_weights is None else kl_ref * kl_weights.to(kl_ref.dtype)
+            per_token = per_token + kl_coef * penalty
     if weights is None:
         weights = row_weights(aggregation, response_lengths=mask.sum(dim=1), row_trajectory=row_trajectory)
     if weights.shape != logprobs.shape[:1]:

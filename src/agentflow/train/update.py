@@ -154,9 +154,9 @@ class PolicyUpdater:
         # a layer recomputed under activation checkpointing would add the shared prefix's keys to its cache twice
         self.share_prefix = config.share_prompt_prefix and not config.gradient_checkpointing and \
             prefix_sharing_exact(model)
-        # with the whole weight on the action and no KL term, a reply's tokens after its action carry no gradient:
-        # the update cuts each row there (the step is the whole rows' step)
-        self.cut_after_action = config.action_loss_share == 1.0 and config.kl_coef == 0
+        # with the whole weight on the action (in the policy term and, by the same credit, the KL term), a reply's
+        # tokens after its action carry no gradient: the update cuts each row there (the step is the whole rows')
+        self.cut_after_action = config.action_loss_share == 1.0
         self.device = next(model.parameters()).device
         self.vocab_size = model.get_output_embeddings().weight.shape[0]
 
@@ -188,8 +188,11 @@ class PolicyUpdater:
 
     def ref_logprobs(self, rows: list[TurnRow], temperature: float) -> list[torch.Tensor]:
         """Log-probs of every row's response tokens under the frozen reference (`ref_model`, else LoRA disabled), once
-        per batch: one unpadded (len(response),) tensor per row, since the update groups rows differently."""
+        per batch: one unpadded (len(response),) tensor per row, since the update groups rows differently; up to
+        the action when the update cuts rows there."""
         out: list[torch.Tensor | None] = [None] * len(rows)
+        if self.cut_after_action:  # as the update will see them
+            rows = [cut_after_action(row) for row in rows]
         if self.ref_model is not None:
             model, ctx = self.ref_model, nullcontext()
         else:
@@ -345,6 +348,7 @@ class PolicyUpdater:
                     k = len(rows[i].response_ids)
                     weights_row = gap.weights(rows[i], raw[j, raw.shape[1] - k:])
                     packed.token_weights[j, packed.token_weights.shape[1] - k:] = torch.tensor(weights_row)
+            credit = None
             if cfg.action_loss_share is not None:
                 credit = action_credit(packed.response_mask, action, free, cfg.action_loss_share,
                                        lengths=lengths[indices]).to(logprobs.device)
@@ -356,7 +360,7 @@ class PolicyUpdater:
                 advantages=advantages[indices].to(logprobs.device), mask=packed.response_mask,
                 clip_low=cfg.clip_low, clip_high=cfg.clip_high, ref_logprobs=ref_lp, kl_coef=cfg.kl_coef,
                 kl_estimator=cfg.kl_estimator, weights=weights[indices].to(logprobs.device), entropy=entropy,
-                token_weights=packed.token_weights)
+                token_weights=packed.token_weights, kl_weights=credit)
             loss = result.loss
             if bonus > 0:
                 # the exploration floor on the action alone: -coef x the mean entropy of the step's actions
