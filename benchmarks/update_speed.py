@@ -66,7 +66,8 @@ def one_update(rollouts: Path, config: Path, setting: dict[str, Any], out: Path)
     trainer.out_dir.mkdir(parents=True, exist_ok=True)
     trainer._setup()
     metrics = asyncio.run(trainer._grpo_step(list(questions.values())))
-    keys = ("seconds/update", "rows", "loss", "grad_norm", "update/prefix_tokens_saved", "update/response_tokens_cut")
+    keys = ("seconds/update", "seconds/ref_logprobs", "rows", "loss", "grad_norm", "kl_ref",
+            "update/prefix_tokens_saved", "ref_logprobs/prefix_tokens_saved", "update/response_tokens_cut")
     return {"setting": setting, **{key: metrics[key] for key in keys if key in metrics},
             "tokens": sum(len(c.completion.prompt_token_ids) + len(c.completion.token_ids)
                           for r in recorded for c in r.trajectory.role_calls("planner")),

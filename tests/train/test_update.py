@@ -645,6 +645,24 @@ def test_rows_with_one_prompt_run_it_once_and_take_the_whole_rows_step(engine: T
     assert shared_metrics["loss"] == pytest.approx(whole_metrics["loss"], rel=1e-5, abs=1e-6)
 
 
+def test_the_reference_pass_runs_a_shared_prompt_once_and_gives_the_whole_rows_log_probs(
+        engine: TransformersEngine) -> None:
+    """kl_coef: the reference log-probs are computed as the update computes its own, each group's shared prompt
+    once for its rows; they are the whole rows' log-probs, and the prompt tokens not forwarded are reported."""
+    rows = sample_rows(engine, 9, temperature=1.0, questions=["question 0"] * 4 + ["question 1 is longer"] * 4
+                       + ["question 2"])
+    reference = perturbed(engine.model)
+    sums: dict[str, float] = {}
+    shared = updater(engine, reference, kl_coef=0.1, micro_batch_rows=3).ref_logprobs(rows, 1.0, sums)
+    whole = updater(engine, reference, kl_coef=0.1, share_prompt_prefix=False).ref_logprobs(rows, 1.0)
+    assert sums["prefix_tokens_saved"] == 3 * (len(rows[0].prompt_ids) - 1) + 3 * (len(rows[4].prompt_ids) - 1)
+    assert [t.shape for t in shared] == [(len(r.response_ids),) for r in rows]
+    for a, b in zip(shared, whole, strict=True):
+        assert torch.allclose(a, b, atol=1e-5)
+    own = updater(engine, perturbed(engine.model, 0.0), kl_coef=0.1).ref_logprobs(rows, 1.0)
+    assert max((a - b).abs().max() for a, b in zip(whole, own, strict=True)) > 1e-3  # the reference was used
+
+
 @pytest.mark.parametrize(("action_logprob", "kl_coef"), [("token", 0.0), ("tool", 0.0), ("tool", 0.5)])
 def test_rows_cut_after_their_action_take_the_whole_rows_step(engine: TransformersEngine, action_logprob: str,
                                                               kl_coef: float) -> None:
@@ -684,9 +702,11 @@ def test_rows_cut_after_their_action_take_the_whole_rows_step(engine: Transforme
 
 
 @pytest.mark.slow
-def test_the_bundled_planner_with_lora_takes_the_same_step_with_a_shared_prefix() -> None:
+@pytest.mark.parametrize("kl_coef", [0.0, 0.1])
+def test_the_bundled_planner_with_lora_takes_the_same_step_with_a_shared_prefix(kl_coef: float) -> None:
     """The bundled SmolLM2 with a LoRA adapter, on planner prompts of the mixed flow (one system message, several
-    questions): the update step with the shared prefix is the whole rows' step."""
+    questions): the update step with the shared prefix is the whole rows' step; with a KL term too, whose
+    reference (the adapter disabled) shares the prefix as well."""
     from peft import LoraConfig, get_peft_model
 
     from agentflow.engines.hf import load_policy
@@ -714,7 +734,7 @@ def test_the_bundled_planner_with_lora_takes_the_same_step_with_a_shared_prefix(
 
     def step(**options) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
         engine.model.load_state_dict(start)
-        update = updater(engine, learning_rate=0.01, micro_batch_rows=2, **options)
+        update = updater(engine, learning_rate=0.01, micro_batch_rows=2, kl_coef=kl_coef, **options)
         assert update.share_prefix == options.get("share_prompt_prefix", True)
         metrics = update.grpo(batch, temperature=1.0, step=1)
         return {k: v - start[k] for k, v in engine.model.state_dict().items() if "lora" in k}, metrics
@@ -722,6 +742,9 @@ def test_the_bundled_planner_with_lora_takes_the_same_step_with_a_shared_prefix(
     shared, shared_metrics = step()
     whole, _ = step(share_prompt_prefix=False)
     assert shared_metrics["update/prefix_tokens_saved"] >= 3 * 20
+    if kl_coef:
+        assert shared_metrics["ref_logprobs/prefix_tokens_saved"] == shared_metrics["update/prefix_tokens_saved"]
+        assert shared_metrics["kl_ref"] > 1e-4
     assert any(v.abs().max() > 1e-5 for v in whole.values())
     for name, delta in whole.items():
         assert torch.allclose(shared[name], delta, atol=1e-6, rtol=1e-3), name

@@ -169,9 +169,11 @@ class TrainConfig(_Strict):
         "`flow: FILE` reads it from a flow config file beside the training config.")
     lora: LoraSettings = Field(default_factory=LoraSettings, description="LoRA adapters (the `lora.*` keys).")
     share_prompt_prefix: bool = Field(True, description="Run the prompt start every row of an update shares (the "
-                                      "planner's system message) through the model once per optimiser step instead "
-                                      "of once per row: same gradient, fewer tokens. Off under gradient_checkpointing "
-                                      "and for models where it does not reproduce the whole rows' outputs.")
+                                      "planner's system message; a group's whole first prompt under "
+                                      "group_shares_menu) through the model once per optimiser step instead of once "
+                                      "per row, in the update and in the reference pass of kl_coef: same gradient, "
+                                      "fewer tokens. Off under gradient_checkpointing and for models where it does "
+                                      "not reproduce the whole rows' outputs.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward: less memory, "
                                          "about 30% more update time.")
 

@@ -186,10 +186,12 @@ class PolicyUpdater:
                                                       row.schema, decode)
                     row.action_choices = action_choices(row.allowed[row.action], row.schema, decode)
 
-    def ref_logprobs(self, rows: list[TurnRow], temperature: float) -> list[torch.Tensor]:
+    def ref_logprobs(self, rows: list[TurnRow], temperature: float,
+                     sums: dict[str, float] | None = None) -> list[torch.Tensor]:
         """Log-probs of every row's response tokens under the frozen reference (`ref_model`, else LoRA disabled), once
         per batch: one unpadded (len(response),) tensor per row, since the update groups rows differently; up to
-        the action when the update cuts rows there."""
+        the action when the update cuts rows there. The rows' shared prompts run once, as in the update
+        (`_prefix_passes`); the prompt tokens not forwarded are added to `sums["prefix_tokens_saved"]`."""
         out: list[torch.Tensor | None] = [None] * len(rows)
         if self.cut_after_action:  # as the update will see them
             rows = [cut_after_action(row) for row in rows]
@@ -198,9 +200,10 @@ class PolicyUpdater:
         else:
             model, ctx = self.model, self.model.disable_adapter()
         with torch.no_grad(), ctx:
-            for indices in self._micro_batches(rows):
-                logprobs, _, _ = response_logprobs(model, self._pack([rows[i] for i in indices]),
-                                                temperature=temperature, chunked_head=self.chunked_head)
+            for shared, indices in self._prefix_passes(rows, {} if sums is None else sums, model):
+                logprobs, _, _ = response_logprobs(model, self._pack([rows[i] for i in indices], shared),
+                                                   temperature=temperature, chunked_head=self.chunked_head,
+                                                   prefix=shared)
                 for j, i in enumerate(indices):
                     out[i] = logprobs[j, logprobs.shape[1] - len(rows[i].response_ids):]
         return [t for t in out if t is not None]
@@ -247,8 +250,11 @@ class PolicyUpdater:
                 metrics.update(self.engine_rows(rows, temperature))
                 metrics["seconds/old_logprobs"] = time.perf_counter() - start
         start = time.perf_counter()
-        ref = self.ref_logprobs(rows, temperature) if cfg.kl_coef > 0 and rows else None
+        ref_sums: dict[str, float] = {}
+        ref = self.ref_logprobs(rows, temperature, ref_sums) if cfg.kl_coef > 0 and rows else None
         metrics["seconds/ref_logprobs"] = time.perf_counter() - start
+        if "prefix_tokens_saved" in ref_sums:
+            metrics["ref_logprobs/prefix_tokens_saved"] = ref_sums["prefix_tokens_saved"]
 
         start = time.perf_counter()
         sums: dict[str, float] = {}
@@ -378,12 +384,13 @@ class PolicyUpdater:
         grad_norm = self._step()
         return {"loss": loss_total, "grad_norm": grad_norm, "clipped_tokens": clipped, "tokens": tokens}
 
-    def _prefix_passes(self, rows: list[TurnRow], sums: dict[str, float]) -> Iterator[
-            tuple[SharedPrefix | None, list[int]]]:
+    def _prefix_passes(self, rows: list[TurnRow], sums: dict[str, float],
+                       model: torch.nn.Module | None = None) -> Iterator[tuple[SharedPrefix | None, list[int]]]:
         """The micro-batches of `rows`, each with the `SharedPrefix` its rows start with (with
-        `share_prompt_prefix`), whose gradient is sent through it once its last micro-batch has run. Rows with the
-        same prompt (a group's first turn under `group_shares_menu`) run it once for all of them; the other rows
-        share the start every one of them has (the system message)."""
+        `share_prompt_prefix`), computed by `model` (default: the trained one), whose gradient is sent through it
+        once its last micro-batch has run. Rows with the same prompt (a group's first turn under
+        `group_shares_menu`) run it once for all of them; the other rows share the start every one of them has
+        (the system message)."""
         parts = [list(range(len(rows)))]
         if self.share_prefix:
             by_prompt: dict[tuple[int, ...], list[int]] = defaultdict(list)
@@ -393,7 +400,7 @@ class PolicyUpdater:
             parts.append(sorted(i for members in by_prompt.values() if len(members) == 1 for i in members))
         for members in parts:
             subset = [rows[i] for i in members]
-            shared = SharedPrefix.of(self.model, subset, device=self.device) if self.share_prefix else None
+            shared = SharedPrefix.of(model or self.model, subset, device=self.device) if self.share_prefix else None
             length = shared.length if shared is not None else 0
             if shared is not None:
                 sums["prefix_tokens_saved"] = sums.get("prefix_tokens_saved", 0.0) + length * (len(members) - 1)
