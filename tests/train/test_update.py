@@ -663,6 +663,33 @@ def test_the_reference_pass_runs_a_shared_prompt_once_and_gives_the_whole_rows_l
     assert max((a - b).abs().max() for a, b in zip(whole, own, strict=True)) > 1e-3  # the reference was used
 
 
+def test_the_old_log_prob_pass_runs_a_shared_prompt_once_and_gives_the_whole_rows_values(
+        engine: TransformersEngine) -> None:
+    """Rows another engine sampled, before several optimiser steps: the trainer's own old log-probs and the TIS
+    weights come from one pass that runs each shared prompt once; they are the whole rows' values."""
+    sampled = sample_rows(engine, 9, temperature=1.0, questions=["question 0"] * 4 + ["question 1 is longer"] * 4
+                          + ["question 2"])
+    for row in sampled:  # as if another engine had sampled them, a little off the trainer's log-probs
+        row.engine_logprobs = [v - 0.5 * (i % 3) for i, v in enumerate(row.old_logprobs)]
+
+    def recomputed(share: bool) -> list[TurnRow]:
+        rows = copy.deepcopy(sampled)
+        update = updater(engine, rollout_engine={"kind": "llamacpp"}, micro_batch_rows=3, share_prompt_prefix=share)
+        assert update.share_prefix == share
+        metrics = update.engine_rows(rows, temperature=1.0)
+        assert ("old_logprobs/prefix_tokens_saved" in metrics) == share
+        if share:  # every prompt but its last token, once for the 4 rows of each group
+            assert metrics["old_logprobs/prefix_tokens_saved"] == 3 * (len(rows[0].prompt_ids) - 1) + 3 * (
+                len(rows[4].prompt_ids) - 1)
+        return rows
+
+    shared, whole = recomputed(True), recomputed(False)
+    assert any(w != 1.0 for row in whole for w in row.tis_weights)
+    for a, b in zip(shared, whole, strict=True):
+        assert a.old_logprobs == pytest.approx(b.old_logprobs, abs=1e-5)
+        assert a.tis_weights == pytest.approx(b.tis_weights, abs=1e-5)
+
+
 @pytest.mark.parametrize(("action_logprob", "kl_coef"), [("token", 0.0), ("tool", 0.0), ("tool", 0.5)])
 def test_rows_cut_after_their_action_take_the_whole_rows_step(engine: TransformersEngine, action_logprob: str,
                                                               kl_coef: float) -> None:

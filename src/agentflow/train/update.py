@@ -211,19 +211,22 @@ class PolicyUpdater:
     def engine_rows(self, rows: list[TurnRow], temperature: float) -> dict[str, float]:
         """Rows sampled by another engine (or with action totals), before an update that moves away from the
         rollout weights (several mini-batches or epochs): one forward pass without gradient gives the trainer's own
-        sampling log-probs, which become `old_logprobs`, and the TIS weights. Returns the gap metrics."""
+        sampling log-probs, which become `old_logprobs`, and the TIS weights; shared prompts run once, as in the
+        update. Returns the gap metrics, and the prompt tokens not forwarded."""
         gap = EngineGap(self.config, temperature)
-        for indices in self._micro_batches(rows):
-            packed = self._pack([rows[i] for i in indices])
-            with torch.no_grad():
-                sampled, _, raw = response_logprobs(self.model, packed, temperature=temperature, with_raw=True,
-                                                    chunked_head=self.chunked_head)
-            assert raw is not None
-            for j, i in enumerate(indices):
-                k = len(rows[i].response_ids)
-                rows[i].old_logprobs = sampled[j, sampled.shape[1] - k:].tolist()
-                rows[i].tis_weights = gap.weights(rows[i], raw[j, raw.shape[1] - k:])
-        return gap.metrics()
+        sums: dict[str, float] = {}
+        with torch.no_grad():
+            for shared, indices in self._prefix_passes(rows, sums):
+                sampled, _, raw = response_logprobs(self.model, self._pack([rows[i] for i in indices], shared),
+                                                    temperature=temperature, with_raw=True,
+                                                    chunked_head=self.chunked_head, prefix=shared)
+                assert raw is not None
+                for j, i in enumerate(indices):
+                    k = len(rows[i].response_ids)
+                    rows[i].old_logprobs = sampled[j, sampled.shape[1] - k:].tolist()
+                    rows[i].tis_weights = gap.weights(rows[i], raw[j, raw.shape[1] - k:])
+        saved = {"old_logprobs/prefix_tokens_saved": sums["prefix_tokens_saved"]} if sums else {}
+        return gap.metrics() | saved
 
     def grpo(self, batch: UpdateBatch, *, temperature: float, step: int) -> dict[str, float]:
         """`ppo_epochs` x mini-batches optimiser steps over `batch`; metrics token-weighted over all of them."""
