@@ -171,9 +171,10 @@ class TrainConfig(_Strict):
     share_prompt_prefix: bool = Field(True, description="Run the prompt start every row of an update shares (the "
                                       "planner's system message; a group's whole first prompt under "
                                       "group_shares_menu) through the model once per optimiser step instead of once "
-                                      "per row, in the update and in the reference pass of kl_coef: same gradient, "
-                                      "fewer tokens. Off under gradient_checkpointing and for models where it does "
-                                      "not reproduce the whole rows' outputs.")
+                                      "per row, in the update and in its passes without gradient (the reference "
+                                      "log-probs of kl_coef, the old log-probs of rows another engine sampled): same "
+                                      "gradient, fewer tokens. Off under gradient_checkpointing and for models where "
+                                      "it does not reproduce the whole rows' outputs.")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in backward: less memory, "
                                          "about 30% more update time.")
 

@@ -403,7 +403,8 @@ class PolicyUpdater:
             parts.append(sorted(i for members in by_prompt.values() if len(members) == 1 for i in members))
         for members in parts:
             subset = [rows[i] for i in members]
-            shared = SharedPrefix.of(model or self.model, subset, device=self.device) if self.share_prefix else None
+            shared = SharedPrefix.of(self.model if model is None else model, subset, device=self.device) \
+                if self.share_prefix else None
             length = shared.length if shared is not None else 0
             if shared is not None:
                 sums["prefix_tokens_saved"] = sums.get("prefix_tokens_saved", 0.0) + length * (len(members) - 1)
