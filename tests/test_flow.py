@@ -351,6 +351,8 @@ async def test_shuffle_tools_orders_the_menu_by_question_variant_and_turn():
         flow = Flow.from_config(config, engines={"default": engine}, tools=tools)
         trajectories = [await flow.asolve(question, variant=v) for v in variants]
         assert [t.variant for t in trajectories] == list(variants)
+        # the turn keeps the order its planner was shown (what `menu_position` metrics read)
+        assert all(t.turns[0].menu == _menu_order(t.turns[0].planner.messages) for t in trajectories)
         return [_menu_order(t.turns[0].planner.messages) for t in trajectories]
 
     assert await menus(False, range(5)) == [names] * 5

@@ -273,10 +273,11 @@ class Flow:
     async def _turn(self, turn: Turn, traj: Trajectory, memory: FlowMemory, emit: EventHandler) -> None:
         limits = self.config.limits
         names = self.actions()
+        menu = self._tool_descriptions(traj, turn.index)
+        turn.menu = list(menu)
         turn.planner = await self._call(
             "planner",
-            planner_messages(question=traj.question, analysis=memory.query_analysis,
-                             tool_descriptions=self._tool_descriptions(traj, turn.index),
+            planner_messages(question=traj.question, analysis=memory.query_analysis, tool_descriptions=menu,
                              memory=self._render(memory, tool_names=self.config.planner_memory_tools),
                              turn=turn.index, max_turns=limits.max_turns, tool_last=self.config.planner_tool_last),
             stage="planner", json_schema=planner_schema(names, text_chars=limits.plan_chars,

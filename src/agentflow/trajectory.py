@@ -69,6 +69,8 @@ class Turn(BaseModel):
     sub_goal: str = ""
     tool: str | None = Field(None, description="Tool name as parsed from the planner (may be invalid).")
     tool_valid: bool = False
+    menu: list[str] = Field(default_factory=list, description="The actions in the order the planner's menu listed "
+                            "them this turn (empty in records written before it was kept).")
     planner: LLMCall | None = None
     executor: LLMCall | None = None
     tool_call: ToolCall | None = None

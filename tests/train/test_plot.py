@@ -21,6 +21,15 @@ def test_each_planner_turn_gets_a_panel_of_tool_choices() -> None:
     assert keys == ["reward_mean", "eval/accuracy_all", "excluded_share", "tool/turn1/", "tool/turn2/"]
 
 
+def test_the_menu_position_of_the_pick_gets_a_panel_per_turn(tmp_path: Path) -> None:
+    records = [{**RECORDS[0], "menu_position/turn1/1": 0.75, "menu_position/turn1/2": 0.25},
+               {**RECORDS[1], "menu_position/turn1/1": 0.5, "menu_position/turn1/2": 0.5}]
+    keys = [key for key, _ in panels_of(records)]
+    assert keys[-3:] == ["tool/turn1/", "tool/turn2/", "menu_position/turn1/"]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert plot_run(tmp_path).read_bytes().startswith(b"\x89PNG")
+
+
 def test_the_plot_is_written(tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in RECORDS))
     out = plot_run(tmp_path)

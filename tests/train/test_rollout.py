@@ -11,7 +11,7 @@ from agentflow.engines.scripted import ScriptedEngine
 from agentflow.errors import EngineContextOverflowError, EngineUnavailableError
 from agentflow.flow import Flow
 from agentflow.train.data import Question
-from agentflow.train.rollout import expected_tool, run_rollouts, score_trajectory
+from agentflow.train.rollout import expected_tool, menu_position_metrics, run_rollouts, score_trajectory
 from agentflow.trajectory import Trajectory, Turn
 
 
@@ -182,6 +182,26 @@ async def test_a_tool_not_picked_is_recorded_as_zero_every_step():
     assert metrics["tool/base_generator"] == 1.0 and metrics["tool/python"] == 0.0 and metrics["tool/invalid"] == 0
     assert metrics["tool/turn1/base_generator"] == 1.0 and metrics["tool/turn1/python"] == 0.0
     assert metrics["tool/answer"] == 0.0 and metrics["tool/turn1/answer"] == 0.0  # the planner's stop action too
+    assert [metrics[f"menu_position/turn1/{k}"] for k in (1, 2, 3)] == [1.0, 0.0, 0.0]  # the menu unshuffled
+
+
+def test_the_menu_position_of_each_turns_pick_is_counted_among_its_valid_picks() -> None:
+    def trajectory(*turns: tuple[str, list[str], bool]) -> Trajectory:
+        return Trajectory(question="q", turns=[Turn(index=i, tool=tool, menu=menu, tool_valid=valid)
+                                               for i, (tool, menu, valid) in enumerate(turns, 1)])
+
+    abc, cab = ["a", "b", "c"], ["c", "a", "b"]
+    metrics = menu_position_metrics([
+        trajectory(("a", abc, True), ("b", abc, True)),   # turn 1 first-listed, turn 2 second
+        trajectory(("c", cab, True)),                     # first-listed
+        trajectory(("b", cab, True)),                     # third
+        trajectory(("a", abc, True)),                     # first
+        trajectory(("zz", abc, False)),                   # an invalid pick has no position
+        trajectory(("a", [], True)),                      # a record without its menu is left out
+    ])
+    assert metrics == {"menu_position/turn1/1": 0.75, "menu_position/turn1/2": 0.0, "menu_position/turn1/3": 0.25,
+                       "menu_position/turn2/1": 0.0, "menu_position/turn2/2": 1.0, "menu_position/turn2/3": 0.0}
+    assert menu_position_metrics([trajectory(("a", [], True))]) == {}
 
 
 @pytest.mark.parametrize(("tools", "answer", "value"), [

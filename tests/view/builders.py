@@ -104,7 +104,8 @@ def train_run(out: Path, *, new_format: bool, steps: int = 2) -> Path:
                                   "seconds/rollout": 10.0, "seconds/update": 5.0, "seconds/step": 15.5,
                                   "loss": float("nan") if step == 1 else 0.1}
         if new_format:
-            record.update({"tool/turn1/python": 1.0, "tool/turn2/wikipedia_search": 1.0, "excluded_share": 0.0})
+            record.update({"tool/turn1/python": 1.0, "tool/turn2/wikipedia_search": 1.0, "excluded_share": 0.0,
+                           "menu_position/turn1/1": 0.75, "menu_position/turn1/2": 0.25})
         metrics.append(record)
         metrics.append({"step": step, "eval/accuracy_all": 0.4 + 0.1 * step, "eval/accuracy/arithmetic": 0.5})
         lines = []

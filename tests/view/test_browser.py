@@ -174,8 +174,11 @@ def test_training_run_curves_groups_and_advantages(tab: Watched, runs: dict[str,
         page = tab.open(url)
         titles = page.locator("figure.chart figcaption").all_inner_texts()
         for title in ("Reward and accuracy", "KL divergence", "Entropy", "Clip fraction", "Tool choice at turn 1",
-                      "Tool choice at turn 2", "Seconds per phase", "Groups without signal, excluded trajectories"):
+                      "Tool choice at turn 2", "Seconds per phase", "Groups without signal, excluded trajectories",
+                      "Menu position of the pick at turn 1"):
             assert title in titles
+        position = page.locator("figure.chart", has=page.locator("figcaption", has_text="Menu position of the pick"))
+        assert position.locator("path.series").count() == 2 and "listed 1" in position.inner_text()
         assert page.locator("figure.chart", has_text="Reward and accuracy").locator("path.series").count() == 3
         page.locator("figure.chart svg.plot").first.hover()         # values under the pointer
         assert "step" in page.locator(".tip:visible").inner_text()

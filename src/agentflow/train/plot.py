@@ -8,6 +8,7 @@ from pathlib import Path
 from agentflow.train.metrics import read_metrics
 
 _TURN_TOOL = re.compile(r"tool/turn(\d+)/")
+_TURN_POSITION = re.compile(r"menu_position/turn(\d+)/")
 
 PANELS = [
     ("reward_mean", "rollout reward"),
@@ -43,7 +44,9 @@ def panels_of(records: list[dict]) -> list[tuple[str, str]]:
     if roles:
         panels.insert(1, ("rows", "training rows per role"))
     turns = sorted({int(m.group(1)) for r in records for k in r if (m := _TURN_TOOL.match(k))})
-    return panels + [(f"tool/turn{turn}/", f"tool picked at turn {turn} (rollouts)") for turn in turns]
+    listed = sorted({int(m.group(1)) for r in records for k in r if (m := _TURN_POSITION.match(k))})
+    return panels + [(f"tool/turn{turn}/", f"tool picked at turn {turn} (rollouts)") for turn in turns] \
+        + [(f"menu_position/turn{turn}/", f"menu position of the tool picked at turn {turn}") for turn in listed]
 
 
 def plot_run(run_dir: Path, out: Path | None = None) -> Path:

@@ -146,9 +146,27 @@ class RolloutBatch:
         for index, counts in sorted(by_turn.items()):
             total = sum(counts.values())
             out.update({f"tool/turn{index}/{name}": counts[name] / total for name in sorted({*names, *counts})})
+        out.update(menu_position_metrics([r.trajectory for r in scored]))
         if right_tool:
             out["tool_choice_accuracy"] = sum(right_tool) / len(right_tool)
         return out
+
+
+def menu_position_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    """`menu_position/turnN/K`: the share of the valid actions picked at turn N that the planner's menu listed
+    K-th (1 = first). A small planner follows the order it is shown; while it does, its choice cannot follow
+    the question (docs/training.md). Turns recorded without their menu order are left out."""
+    positions: dict[int, Counter[int]] = {}
+    for trajectory in trajectories:
+        for turn in trajectory.turns:
+            if turn.tool_valid and turn.tool in turn.menu:
+                positions.setdefault(turn.index, Counter())[turn.menu.index(turn.tool) + 1] += 1
+    out: dict[str, float] = {}
+    for index, counts in sorted(positions.items()):
+        total = sum(counts.values())
+        listed = max(len(t.menu) for trajectory in trajectories for t in trajectory.turns if t.index == index)
+        out.update({f"menu_position/turn{index}/{k}": counts[k] / total for k in range(1, listed + 1)})
+    return out
 
 
 def prompt_token_metrics(trajectories: list[Trajectory]) -> dict[str, float]:

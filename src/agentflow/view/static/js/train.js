@@ -49,6 +49,7 @@ const GROUPS = [
   ["Seconds per phase", (k) => k.match(/^seconds\/(.+)$/)?.[1], { zero: true }],
 ];
 const PER_TURN = /^tool\/turn(\d+)\/(.+)$/;
+const MENU_POSITION = /^menu_position\/turn(\d+)\/(\d+)$/;
 
 function seriesFrom(records, keys, order = [], family = false) {
   keys = [...keys].sort((a, b) => (order.indexOf(a[0]) + 1 || 99) - (order.indexOf(b[0]) + 1 || 99));
@@ -98,6 +99,22 @@ export function charts(records) {
         s.cls = toolClass(s.name);
       });
       out.push(lineChart({ title: `Tool choice at turn ${turn}`, series, unit: "share" }));
+    });
+  // where the menu listed the pick (1 = first): a planner that follows the order it is shown picks by position
+  const positions = new Map();
+  keys.forEach((k) => {
+    const m = k.match(MENU_POSITION);
+    if (m) {
+      used.add(k);
+      positions.set(Number(m[1]), [...(positions.get(Number(m[1])) || []), [k, `listed ${m[2]}`, Number(m[2])]]);
+    }
+  });
+  [...positions.keys()]
+    .sort((a, b) => a - b)
+    .forEach((turn) => {
+      const chosen = positions.get(turn).sort((a, b) => a[2] - b[2]);
+      const series = seriesFrom(records, chosen, [], true);
+      out.push(lineChart({ title: `Menu position of the pick at turn ${turn}`, series, unit: "share" }));
     });
   const rest = keys.filter((k) => !used.has(k));
   return { main: out, more: rest.map((k) => lineChart({ title: k, series: seriesFrom(records, [[k, k]]) })) };
