@@ -27,6 +27,8 @@ is `python` and half `wikipedia_search`), optionally after `--flatten-steps` (a 
 
 With `--shared-prompt` (grpo, group_all) a question's G samples come from one prompt (its menu shuffled once a
 question a step, as the trainer's `group_shares_menu`), read once: a large G costs one forward pass a question.
+With `--menu-orders K` as well, K orders a question, each drawn G / K times, one group of G: a pick made for the
+position an action is listed at then wins under one order and loses under another, and cancels in the update.
 
     python benchmarks/tool_choice_probe.py --objective sft --out runs/probe_sft.json
     python benchmarks/tool_choice_probe.py --objective exact --balance --steps 40 --out runs/probe_exact_bal.json
@@ -126,10 +128,18 @@ class Probe:
                 split[begun[0]].append(following)
         return split
 
-    def prompt(self, question: str, variant: int) -> str:
+    def menu(self, question: str, variant: int) -> dict[str, str]:
+        """The turn-1 menu the flow shows for (question, variant), in its order."""
         traj = Trajectory(question=question, variant=variant)
+        return {name: self.describe.get(name, text) for name, text in self.flow._tool_descriptions(traj, 1).items()}
+
+    def first_listed(self, question: str, variant: int) -> int:
+        """The index (in `actions`) of the action the turn-1 menu lists first."""
+        return self.actions.index(next(iter(self.menu(question, variant))))
+
+    def prompt(self, question: str, variant: int) -> str:
         limits = self.flow.config.limits
-        menu = {name: self.describe.get(name, text) for name, text in self.flow._tool_descriptions(traj, 1).items()}
+        menu = self.menu(question, variant)
         messages = planner_messages(
             question=question, analysis="", tool_descriptions=menu,
             memory=self.flow._render(FlowMemory(question=question), tool_names=self.flow.config.planner_memory_tools),
@@ -146,16 +156,20 @@ class Probe:
 
     def next_logits(self, prompts: list[str]) -> NextLogits:
         """The (len(prompts), vocab) logits of the token after each prompt and, for each `shared` token, those of
-        the token after it (the prompts continued with it: one more forward pass each)."""
+        the token after it: the prompts continued with it, one forward pass each, the first of which also gives
+        the prompts' own next-token logits (one position earlier: the pass is causal and the padding on the left)."""
         encoded = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        logits = self.model(**encoded, logits_to_keep=1).logits[:, -1]
-        after = {}
+        if not self.shared:
+            return NextLogits(self.model(**encoded, logits_to_keep=1).logits[:, -1], {})
+        first, after = None, {}
         for token in self.shared:
             column = torch.full((len(prompts), 1), token)
-            after[token] = self.model(
-                input_ids=torch.cat([encoded["input_ids"], column], 1), logits_to_keep=1,
-                attention_mask=torch.cat([encoded["attention_mask"], torch.ones_like(column)], 1)).logits[:, -1]
-        return NextLogits(logits, after)
+            logits = self.model(
+                input_ids=torch.cat([encoded["input_ids"], column], 1), logits_to_keep=1 if after else 2,
+                attention_mask=torch.cat([encoded["attention_mask"], torch.ones_like(column)], 1)).logits
+            first = logits[:, -2] if first is None else first
+            after[token] = logits[:, -1]
+        return NextLogits(first, after)
 
     def action_logits(self, logits: NextLogits, temperature: float = 1.0) -> torch.Tensor:
         """(rows, actions), as `logits` says; a `shared` token's probability goes to its actions in the proportion
@@ -202,6 +216,7 @@ def evaluate(probe: Probe, items: list[dict[str, Any]], at: int | str, temperatu
     p_right: dict[str, list[float]] = defaultdict(list)
     allowed = [token for tokens in probe.starts for token in tokens] + list(probe.shared)
     shares = torch.zeros(len(allowed))
+    first_listed = 0
     probe.model.eval()
     with torch.no_grad():
         for start in range(0, len(items), 15):
@@ -214,12 +229,14 @@ def evaluate(probe: Probe, items: list[dict[str, Any]], at: int | str, temperatu
                 probability[kind].append(torch.softmax(row, -1))
                 p_right[kind].append(float(probability[kind][-1][gold]))
                 action = int(greedy.argmax())
+                first_listed += action == probe.first_listed(item["question"], 0)
                 chose[kind][probe.actions[action]] += 1
                 total[kind] += 1
                 right[kind] += action == gold
     share_of = dict(zip(allowed, (shares / len(items)).tolist(), strict=True))
     return {"at": at, "accuracy": round(sum(right.values()) / len(items), 4),
             "by_kind": {kind: round(right[kind] / total[kind], 4) for kind in sorted(total)},
+            "greedy_first_listed": round(first_listed / len(items), 4),  # the pick is what the menu lists first
             "chose": {kind: dict(chose[kind]) for kind in sorted(chose)},
             "mean_probability": {kind: mean_probability(probe.actions, probability[kind])
                                  for kind in sorted(probability)},
@@ -309,6 +326,10 @@ def main() -> None:
                         help="grpo, group_all: a question's G samples share one prompt (the menu shuffled once a "
                              "question a step, not once a sample), so its action distribution is read once and G "
                              "costs nothing: the sampling noise of a large group at the price of a small one")
+    parser.add_argument("--menu-orders", type=int, default=1, metavar="K",
+                        help="with --shared-prompt: K menu orders a question a step, each read once and drawn "
+                             "G / K times, the group (and its baseline) still all G: a pick made for the position "
+                             "an action is listed at is rewarded under one order and not under another")
     parser.add_argument("--save-adapter", type=Path, metavar="DIR",
                         help="write the LoRA adapter at the end of the run (with --steps 0: the flattened start) "
                              "where a training config's `flow.engines.policy.adapter` can start from it")
@@ -318,10 +339,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", type=Path, required=True, help="JSON file of the arguments and every line")
     args = parser.parse_args()
+    if args.menu_orders < 1 or (args.menu_orders > 1 and not args.shared_prompt):
+        parser.error("--menu-orders is 1 or more, and more than 1 only with --shared-prompt")
 
     config = TrainConfig.from_yaml(args.config)
     lr = args.lr or config.learning_rate
     group = args.group_size or config.group_size
+    if group % args.menu_orders:
+        parser.error(f"--menu-orders {args.menu_orders} does not divide the group size {group}")
     temperature = args.temperature or config.temperature or 1.0
     advantage = args.advantage or config.advantage
     torch.set_num_threads(args.threads)
@@ -386,14 +411,17 @@ def main() -> None:
         items = [q for q in batch for _ in range(samples)]
         probe.model.train()  # no dropout (LoRA dropout is the config's, 0 in train_mixed.yaml); checkpointing on
         shared = args.shared_prompt and samples > 1
-        if shared:  # one menu order a question this step, read once; its G samples all drawn from it
-            prompts = [probe.prompt(q["question"], step) for q in batch]
+        orders = args.menu_orders if shared else 1
+        if shared:  # K menu orders a question this step, each read once and drawn G / K times
+            variants = [step * orders + k % samples // (samples // orders) for k in range(len(items))]
+            prompts = [probe.prompt(q["question"], step * orders + j) for q in batch for j in range(orders)]
         else:
-            prompts = [probe.prompt(q["question"], k % samples) for k, q in enumerate(items)]
+            variants = [k % samples for k in range(len(items))]
+            prompts = [probe.prompt(q["question"], v) for q, v in zip(items, variants, strict=True)]
         tau = temperature if samples > 1 else 1.0  # sampled objectives: the policy the rollouts sample
         next_logits = probe.next_logits(prompts)
         if shared:
-            next_logits = repeat_rows(next_logits, samples)
+            next_logits = repeat_rows(next_logits, samples // orders)
         logits = probe.action_logits(next_logits, tau)
         gold = torch.tensor([probe.actions.index(right_tool(q)) for q in items])
         groups = [str(k // samples) for k in range(len(items))]
@@ -421,11 +449,14 @@ def main() -> None:
                 sampled = torch.multinomial(logprobs.exp(), 1)[:, 0]
                 chosen = owner[sampled] if args.token_action else sampled
                 rewards = (chosen == gold).float()
+                listed_first = torch.tensor([probe.first_listed(q["question"], v) for q, v in zip(
+                    items, variants, strict=True)])
                 advantages = get_advantage(advantage)(  # the trainer's estimator: one row a trajectory
                     rewards=rewards, group_ids=groups, trajectory_ids=[str(k) for k in range(len(items))],
                     row_trajectory=torch.arange(len(items)), eps=config.advantage_eps)
             loss = -(advantages * logprobs.gather(1, sampled[:, None])[:, 0]).mean()
             line.update(reward=round(float(rewards.mean()), 4),
+                        first_listed=round(float((chosen == listed_first).float().mean()), 4),
                         groups_without_signal=round(no_signal_groups(rewards, groups) / len(batch), 4))
         if args.entropy_coef:
             entropy = torch.distributions.Categorical(logits=logits).entropy().mean()  # at tau, as the trainer's
@@ -435,7 +466,7 @@ def main() -> None:
             with torch.no_grad(), probe.model.disable_adapter():
                 reference = torch.log_softmax(probe.logits(prompts, tau), -1)
             if shared:
-                reference = reference.repeat_interleave(samples, 0)
+                reference = reference.repeat_interleave(samples // orders, 0)
             current = torch.log_softmax(logits, -1)
             kl = (current.exp() * (current - reference)).sum(-1).mean()
             line["kl"] = round(float(kl.detach()), 4)

@@ -86,3 +86,32 @@ def test_greedy_follows_the_shared_token_to_its_best_continuation():
 def test_a_choice_three_tokens_deep_is_refused():
     with pytest.raises(SystemExit, match="two tokens deep"):
         make_probe(["python", "pyre"], ["p", "y", "thon", "re"])
+
+
+class Padder:
+    """A tokenizer's batch call over prompts written as space-separated token ids, padded on the left."""
+
+    def __call__(self, prompts, **_):
+        rows = [[int(t) for t in prompt.split()] for prompt in prompts]
+        width = max(map(len, rows))
+        return {"input_ids": torch.tensor([[0] * (width - len(r)) + r for r in rows]),
+                "attention_mask": torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])}
+
+
+def test_one_pass_reads_the_next_token_and_the_token_after_a_shared_one():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    probe = make_probe()  # "p" (2) starts two actions
+    probe.tokenizer = Padder()
+    probe.model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(PIECES), hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64)).eval()
+    prompts = ["5 3 9 1", "7 4"]
+    got = probe.next_logits(prompts)
+    with torch.no_grad():
+        for k, prompt in enumerate(prompts):  # each prompt alone, unpadded, one pass a reading
+            ids = torch.tensor([[int(t) for t in prompt.split()]])
+            assert torch.allclose(got.first[k], probe.model(input_ids=ids).logits[0, -1], atol=1e-5)
+            continued = torch.cat([ids, torch.tensor([[2]])], 1)
+            assert torch.allclose(got.after[2][k], probe.model(input_ids=continued).logits[0, -1], atol=1e-5)

@@ -105,3 +105,19 @@ def test_the_bonus_on_every_row_needs_a_bonus() -> None:
 def test_tool_call_cost_must_leave_a_right_answer_some_reward(cost):
     with pytest.raises(ConfigError, match="tool_call_cost"):
         TrainConfig.from_dict({"tool_call_cost": cost})
+
+
+def test_a_group_sees_k_menu_orders_each_g_over_k_times_new_each_step():
+    config = TrainConfig.from_dict({"group_shares_menu": True, "group_size": 8, "group_menu_orders": 4})
+    assert config.group_variants(1) == [4, 4, 5, 5, 6, 6, 7, 7]
+    assert config.group_variants(2) == [8, 8, 9, 9, 10, 10, 11, 11]
+    # one order a group: the step's number, as group_shares_menu has always drawn it
+    assert TrainConfig.from_dict({"group_shares_menu": True, "group_size": 8}).group_variants(3) == [3] * 8
+    assert TrainConfig.from_dict({"group_size": 8}).group_variants(3) is None  # each trajectory its index
+
+
+def test_menu_orders_need_a_shared_menu_and_divide_the_group():
+    with pytest.raises(ConfigError, match="needs group_shares_menu"):
+        TrainConfig.from_dict({"group_size": 8, "group_menu_orders": 2})
+    with pytest.raises(ConfigError, match="does not divide group_size 8"):
+        TrainConfig.from_dict({"group_shares_menu": True, "group_size": 8, "group_menu_orders": 3})

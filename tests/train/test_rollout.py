@@ -78,16 +78,19 @@ async def test_group_rollouts_are_scored_and_turned_into_rows():
     assert metrics["rollout/cached_prompt_tokens"] == 4
 
 
-async def test_a_group_shares_its_menu_when_given_one_variant():
-    """group_shares_menu: with `variant` every trajectory of the step has that variant, the one its menu order is
-    drawn from (tests/test_flow.py); without, each its index in the group."""
+async def test_a_group_shares_its_menus_as_its_variants_say():
+    """group_shares_menu: with `variants` each trajectory has the variant of its index in the group, the one its
+    menu order is drawn from (tests/test_flow.py); without, each its index."""
     def reply(messages):
         return "<answer>Paris</answer>"
 
-    shared = await run_rollouts(flow(reply), QUESTIONS, group_size=3, concurrency=6, variant=5)
+    shared = await run_rollouts(flow(reply), QUESTIONS, group_size=3, concurrency=6, variants=[5, 5, 6])
     own = await run_rollouts(flow(reply), QUESTIONS, group_size=3, concurrency=6)
-    assert sorted(r.trajectory.variant for r in shared.rollouts) == [5] * 6
+    assert sorted((r.question.id, r.index, r.trajectory.variant) for r in shared.rollouts) == [
+        (q.id, i, v) for q in sorted(QUESTIONS, key=lambda q: q.id) for i, v in enumerate([5, 5, 6])]
     assert sorted(r.trajectory.variant for r in own.rollouts) == [0, 0, 1, 1, 2, 2]
+    with pytest.raises(ValueError, match="2 variants for groups of 3"):
+        await run_rollouts(flow(reply), QUESTIONS, group_size=3, concurrency=6, variants=[5, 6])
 
 
 async def test_infrastructure_failures_are_excluded_and_counted():

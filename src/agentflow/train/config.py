@@ -201,6 +201,11 @@ class TrainConfig(_Strict):
         "compares G samples of one distribution (as GRPO's group does), and the update runs that prompt once for "
         "the group (share_prompt_prefix). false: each rollout its own order (the trajectory's index in its group), "
         "the same orders every step.")
+    group_menu_orders: int = Field(
+        1, ge=1, description="With group_shares_menu: K menu orders a group, each seen by G / K of its "
+        "trajectories (K must divide G), all drawn anew each step; the group and its baseline stay all G. A planner "
+        "that picks by the position an action is listed at is then rewarded for that position under one order and "
+        "not under another, so the update credits the action, not the position. 1: one order a group.")
     planner_max_tokens: int | None = Field(None, ge=1, description="Planner reply budget in tokens; overrides "
                                            "flow.roles.planner.sampling.max_tokens when set.")
     planner_prefix: str | None = Field(
@@ -337,6 +342,11 @@ class TrainConfig(_Strict):
             raise ValueError("action_entropy_rows: all widens the action entropy bonus to every row, but "
                              "action_entropy_coef is 0 (no bonus): set a coefficient or an action_entropy_target, "
                              "or leave the rows at 'signal'")
+        if self.group_menu_orders > 1 and not self.group_shares_menu:
+            raise ValueError("group_menu_orders gives a group several shared menu orders: it needs group_shares_menu")
+        if self.group_size % self.group_menu_orders:
+            raise ValueError(f"group_menu_orders {self.group_menu_orders} does not divide group_size "
+                             f"{self.group_size}: each order is seen by G / K trajectories")
         if self.algorithm == "sft" and self.teacher is None:
             raise ValueError("algorithm 'sft' needs a `teacher` engine")
         from agentflow.train.advantages import ADVANTAGE_ESTIMATORS
@@ -345,6 +355,15 @@ class TrainConfig(_Strict):
             raise ValueError(f"unknown advantage estimator {self.advantage!r}; known: "
                              f"{', '.join(sorted(ADVANTAGE_ESTIMATORS))}")
         return self
+
+    def group_variants(self, step: int) -> list[int] | None:
+        """The menu variant of each trajectory of a group at `step` (its index in the group -> variant, as
+        `run_rollouts` takes them): with group_shares_menu, K = group_menu_orders runs of G / K trajectories,
+        the variants new each step; otherwise None (each trajectory its index)."""
+        if not self.group_shares_menu:
+            return None
+        orders = self.group_menu_orders
+        return [step * orders + index * orders // self.group_size for index in range(self.group_size)]
 
     def _check_train_roles(self) -> None:
         roles = self.train_roles

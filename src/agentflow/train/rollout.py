@@ -211,16 +211,18 @@ def score_trajectory(question: Question, trajectory: Trajectory, *, tool_call_co
 
 
 async def run_rollouts(flow: Flow, questions: list[Question], *, group_size: int, concurrency: int,
-                       tool_call_cost: float = 0.0, variant: int | None = None) -> RolloutBatch:
+                       tool_call_cost: float = 0.0, variants: list[int] | None = None) -> RolloutBatch:
     """Run `group_size` trajectories per question concurrently (at most `concurrency` in flight), each scored
     with `score_trajectory` (`tool_call_cost`: see there). Each trajectory's `variant` (its menu order) is its index
-    in the group, or `variant` for all (a group's trajectories then share their menu)."""
+    in the group, or `variants[index]` (trajectories given one variant then share their menu)."""
+    if variants is not None and len(variants) != group_size:
+        raise ValueError(f"{len(variants)} variants for groups of {group_size}")
     loop = asyncio.get_running_loop()
     start = loop.time()
     gate = asyncio.Semaphore(concurrency)
 
     async def one(question: Question, index: int) -> Rollout:
-        order = index if variant is None else variant
+        order = index if variants is None else variants[index]
         trajectory = Trajectory(question=question.question, variant=order, stop_reason="error")
         try:
             async with gate:

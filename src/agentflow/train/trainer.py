@@ -329,7 +329,7 @@ class Trainer:
         metrics: dict[str, Any] = self._sync_rollout_policy()
         batch = await run_rollouts(self.flow, questions, group_size=cfg.group_size,
                                    concurrency=cfg.rollout_concurrency, tool_call_cost=cfg.tool_call_cost,
-                                   variant=self.step if cfg.group_shares_menu else None)
+                                   variants=cfg.group_variants(self.step))
         metrics.update({"seconds/rollout": batch.seconds, **batch.metrics()})
         roles = cfg.train_roles
         by_role = {role: batch.rows(engine_logprobs=self.rollout_policy is not None, role=role) for role in roles}
@@ -386,7 +386,8 @@ class Trainer:
             for t, r in enumerate(batch.rollouts + batch.excluded):
                 failure = r.infrastructure or next(iter(r.trajectory.failures), None)
                 out.write(json.dumps({
-                    "id": r.trajectory_id, "group": r.question.id, "question": r.question.question,
+                    "id": r.trajectory_id, "group": r.question.id, "variant": r.trajectory.variant,
+                    "question": r.question.question,
                     "gold": r.question.answer, "planner": [c.text for c in r.trajectory.planner_calls()],
                     "tools": [turn.tool for turn in r.trajectory.turns], "answer": r.trajectory.answer,
                     "reward": r.score.value if r.score else None,

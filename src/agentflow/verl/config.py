@@ -61,6 +61,7 @@ FIELD_ROUTES: dict[str, str] = {
     "tool_call_cost": "agent loop: the reward each trajectory returns (FlowRunner scores with it)",
     "group_shares_menu": "refused when true: verl's agent loop draws each trajectory's menu order from its own "
                          "request id",
+    "group_menu_orders": "refused when not 1: it needs group_shares_menu, which verl refuses",
     "planner_max_tokens": "data.max_response_length (a planner turn's response) and the planner's max_tokens",
     "planner_prefix": "refused: the verl planner engine sends the chat-templated prompt ids unchanged",
     "rollout_engine": "refused when set: verl's rollout servers sample the planner (verl.rollout_backend), "
