@@ -1,6 +1,6 @@
 """group_menu_orders through the trainer (tiny random policy, fast): a group's trajectories see K menu orders
-(the variants their menus are drawn from: tests/test_flow.py), G / K each, new each step; the rollout records say
-which."""
+(the variants their menus are drawn from: tests/test_flow.py), G / K each, new each step; each rollout
+record's trajectory says which."""
 
 from __future__ import annotations
 
@@ -23,5 +23,5 @@ def test_a_group_sees_k_menu_orders_g_over_k_trajectories_each(tmp_path: Path) -
                    (run / "rollouts" / f"step-{step:06d}.jsonl").read_text().splitlines()]
         by_group: dict[str, list[int]] = {}
         for record in records:
-            by_group.setdefault(record["group"], []).append(record["variant"])
+            by_group.setdefault(record["group"], []).append(record["trajectory"]["variant"])
         assert len(by_group) == 2 and all(sorted(v) == variants for v in by_group.values())

@@ -386,8 +386,7 @@ class Trainer:
             for t, r in enumerate(batch.rollouts + batch.excluded):
                 failure = r.infrastructure or next(iter(r.trajectory.failures), None)
                 out.write(json.dumps({
-                    "id": r.trajectory_id, "group": r.question.id, "variant": r.trajectory.variant,
-                    "question": r.question.question,
+                    "id": r.trajectory_id, "group": r.question.id, "question": r.question.question,
                     "gold": r.question.answer, "planner": [c.text for c in r.trajectory.planner_calls()],
                     "tools": [turn.tool for turn in r.trajectory.turns], "answer": r.trajectory.answer,
                     "reward": r.score.value if r.score else None,
