@@ -57,7 +57,7 @@ from agentflow.memory import FlowMemory
 from agentflow.planner import planner_messages
 from agentflow.tools.base import create_tool
 from agentflow.train.advantages import get_advantage, no_signal_groups
-from agentflow.train.config import TrainConfig
+from agentflow.train.config import TrainConfig, menu_variants
 from agentflow.train.data import default_paths
 from agentflow.train.logprobs import values_begun
 from agentflow.trajectory import Trajectory
@@ -412,16 +412,16 @@ def main() -> None:
         probe.model.train()  # no dropout (LoRA dropout is the config's, 0 in train_mixed.yaml); checkpointing on
         shared = args.shared_prompt and samples > 1
         orders = args.menu_orders if shared else 1
-        if shared:  # K menu orders a question this step, each read once and drawn G / K times
-            variants = [step * orders + k % samples // (samples // orders) for k in range(len(items))]
-            prompts = [probe.prompt(q["question"], step * orders + j) for q in batch for j in range(orders)]
-        else:
-            variants = [k % samples for k in range(len(items))]
-            prompts = [probe.prompt(q["question"], v) for q, v in zip(items, variants, strict=True)]
+        # shared: K menu orders a question this step, as the trainer's group_menu_orders, each read once
+        variants = menu_variants(step, samples, orders) * len(batch) if shared else \
+            [k % samples for k in range(len(items))]
+        per_prompt = samples // orders if shared else 1
+        prompts = [probe.prompt(q["question"], v) for q, v in zip(items[::per_prompt], variants[::per_prompt],
+                                                                   strict=True)]
         tau = temperature if samples > 1 else 1.0  # sampled objectives: the policy the rollouts sample
         next_logits = probe.next_logits(prompts)
         if shared:
-            next_logits = repeat_rows(next_logits, samples // orders)
+            next_logits = repeat_rows(next_logits, per_prompt)
         logits = probe.action_logits(next_logits, tau)
         gold = torch.tensor([probe.actions.index(right_tool(q)) for q in items])
         groups = [str(k // samples) for k in range(len(items))]
@@ -466,7 +466,7 @@ def main() -> None:
             with torch.no_grad(), probe.model.disable_adapter():
                 reference = torch.log_softmax(probe.logits(prompts, tau), -1)
             if shared:
-                reference = reference.repeat_interleave(samples // orders, 0)
+                reference = reference.repeat_interleave(per_prompt, 0)
             current = torch.log_softmax(logits, -1)
             kl = (current.exp() * (current - reference)).sum(-1).mean()
             line["kl"] = round(float(kl.detach()), 4)

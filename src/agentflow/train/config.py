@@ -123,6 +123,12 @@ class RoleOptimSettings(_Strict):
                                       "rollouts (the trainer's log-probs are of the same tempered distribution).")
 
 
+def menu_variants(step: int, group_size: int, orders: int) -> list[int]:
+    """The menu variant of each trajectory of a group at `step` when the group shares `orders` menu orders: runs of
+    group_size / orders trajectories, the variants new each step (one order: the step's number)."""
+    return [step * orders + index * orders // group_size for index in range(group_size)]
+
+
 def _default_train_flow() -> FlowConfig:
     """Planner on the trainable policy; the other roles on the bundled model through llama.cpp."""
     helper = LlamaCppEngineConfig(n_parallel=8, n_threads=1)
@@ -360,10 +366,7 @@ class TrainConfig(_Strict):
         """The menu variant of each trajectory of a group at `step` (its index in the group -> variant, as
         `run_rollouts` takes them): with group_shares_menu, K = group_menu_orders runs of G / K trajectories,
         the variants new each step; otherwise None (each trajectory its index)."""
-        if not self.group_shares_menu:
-            return None
-        orders = self.group_menu_orders
-        return [step * orders + index * orders // self.group_size for index in range(self.group_size)]
+        return menu_variants(step, self.group_size, self.group_menu_orders) if self.group_shares_menu else None
 
     def _check_train_roles(self) -> None:
         roles = self.train_roles
